@@ -1,6 +1,6 @@
 # The two commands a new user needs:
 #   make demo   set up .venv, install recordforge, generate a demo image folder and convert it
-#   make test   set up .venv with the test tools and run the test suite
+#   make test   set up .venv with the test tools (and Debian's chromium) and run the test suite
 # recordforge is installed as a package (not in editable mode), as workers will import it;
 # the install is redone whenever a source file changes.
 
@@ -9,13 +9,20 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SOURCES := pyproject.toml $(shell find pipelines transforms schemas -name '*.py' -o -name '*.proto')
 
-.PHONY: demo test install clean
+.PHONY: demo test install browser clean
 
 demo: $(VENV)/.installed
 	$(BIN)/recordforge demo --data demo-data --output demo-output
 
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test browser
 	$(BIN)/pytest
+
+# The --html test opens the page in a real browser: Debian's Chromium and its WebDriver.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
 
 install: $(VENV)/.installed
 

@@ -23,12 +23,11 @@ from schemas.csv_schema import (
 )
 from transforms.core.errors import UsageError
 from transforms.core.naming import (
-    ERRORS_DIR,
     MANIFEST_FILE,
-    TEMP_DIR_PREFIX,
+    MANIFEST_FILE_BESIDE_TFDS,
+    is_dataset_file,
     is_valid_dataset_name,
     is_valid_split_name,
-    shard_file_pattern,
 )
 from transforms.core.paths import (
     glob_root,
@@ -246,22 +245,16 @@ def check_output(output: str, sources: Sequence[Source], *, overwrite: bool) -> 
             f"the output folder {output!r} is not empty; "
             "use --overwrite to replace the dataset in it"
         )
-    foreign = [p for p in existing if not _is_dataset_file(p[len(output.rstrip("/")) + 1 :])]
+    foreign = [p for p in existing if not is_dataset_file(p[len(output.rstrip("/")) + 1 :])]
     if foreign:
         raise UsageError(
             f"--overwrite: {output!r} holds files recordforge did not write (e.g. {foreign[0]!r}); "
             "refusing to delete them"
         )
-    manifest = [p for p in existing if p.endswith("/" + MANIFEST_FILE)]
-    return manifest + [p for p in existing if p not in manifest]
-
-
-def _is_dataset_file(relative: str) -> bool:
-    top = relative.split("/", 1)[0]
-    if relative == MANIFEST_FILE or top == ERRORS_DIR or top.startswith(TEMP_DIR_PREFIX):
-        return True
-    # Shards of any dataset name: a rerun may change --name.
-    return "/" not in relative and bool(shard_file_pattern().match(relative))
+    # The manifest goes first: a dataset half deleted must not look complete.
+    manifests = {FileSystems.join(output, m) for m in (MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS)}
+    first = [p for p in existing if p in manifests]
+    return first + [p for p in existing if p not in manifests]
 
 
 def check_writable(output: str) -> None:

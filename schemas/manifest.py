@@ -13,14 +13,21 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """One shard file: its name relative to the dataset folder, record count and exact size."""
+    """One shard file: its name relative to the dataset folder, record count and exact size.
+
+    `index` names its record index file (one "offset length" line per record), when written.
+    """
 
     file: str
     num_records: int
     num_bytes: int
+    index: str | None = None
 
     def to_dict(self) -> dict:
-        return {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes}
+        shard = {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes}
+        if self.index is not None:
+            shard["index"] = self.index
+        return shard
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,10 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
-        data = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Manifest:
         return cls(
             name=data["name"],
             tool_version=data["tool"]["version"],

@@ -5,6 +5,12 @@ from __future__ import annotations
 import re
 
 MANIFEST_FILE = "dataset_info.json"
+# With --tfds, `dataset_info.json` and `features.json` hold TensorFlow Datasets' metadata (its
+# DatasetInfo proto as JSON, which TFDS parses strictly), so recordforge's manifest moves here.
+MANIFEST_FILE_BESIDE_TFDS = "recordforge.json"
+TFDS_FEATURES_FILE = "features.json"
+# The record index of a shard (DALI's and the `tfrecord` package's format) is `{shard}.idx`.
+INDEX_SUFFIX = ".idx"
 ERRORS_DIR = "errors"
 # Temporary files live under the output folder (same filesystem, so the final rename is cheap
 # and atomic where the filesystem allows); the leading dot keeps them out of naive globs.
@@ -44,6 +50,28 @@ def shard_file_pattern(name: str | None = None) -> re.Pattern[str]:
     )
 
 
+def index_file_name(shard_file: str) -> str:
+    """The index file written next to an (uncompressed) shard with --write-index."""
+    return shard_file + INDEX_SUFFIX
+
+
 def errors_file_name(stage: str) -> str:
     """The quarantine file of one pipeline stage, relative to the output folder."""
     return f"{ERRORS_DIR}/{stage}.jsonl"
+
+
+def is_dataset_file(relative: str) -> bool:
+    """Whether a file (path relative to an output folder) is one a conversion writes.
+
+    Covers every dataset name (a rerun may change --name): shards, their index files, both
+    manifest names, TFDS's features.json, the errors folder and temporary folders.
+    """
+    top = relative.split("/", 1)[0]
+    if top == ERRORS_DIR or top.startswith(TEMP_DIR_PREFIX):
+        return True
+    if "/" in relative:
+        return False
+    if relative in (MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS, TFDS_FEATURES_FILE):
+        return True
+    shard = relative.removesuffix(INDEX_SUFFIX)
+    return bool(shard_file_pattern().match(shard))

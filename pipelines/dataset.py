@@ -1,0 +1,106 @@
+"""A converted dataset on any Beam filesystem, read through its manifest (no TensorFlow needed)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from schemas import codec
+from schemas.manifest import Manifest, ShardInfo, SplitInfo
+from transforms.core.errors import UsageError
+from transforms.core.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
+from transforms.core.tfrecord import read_records
+
+
+@dataclass(frozen=True)
+class DatasetFolder:
+    """A dataset folder and its manifest; paths are built with Beam FileSystems (gs:// works)."""
+
+    folder: str
+    manifest: Manifest
+    manifest_file: str  # relative to `folder`: dataset_info.json, or recordforge.json with --tfds
+
+    def path(self, relative: str) -> str:
+        """The full path of a file named in the manifest."""
+        return FileSystems.join(self.folder, relative)
+
+    def split(self, name: str) -> SplitInfo:
+        """The split called `name`.
+
+        Raises:
+            UsageError: the dataset has no such split (the message lists the splits it has).
+        """
+        if name not in self.manifest.splits:
+            known = ", ".join(self.manifest.splits) or "none"
+            raise UsageError(f"{self.folder} has no split {name!r} (its splits: {known})")
+        return self.manifest.splits[name]
+
+    def open_shard(self, shard: ShardInfo) -> BinaryIO:
+        """The shard's TFRecord stream, decompressed when the dataset is gzipped."""
+        compression = (
+            CompressionTypes.GZIP
+            if self.manifest.compression == "gzip"
+            else CompressionTypes.UNCOMPRESSED
+        )
+        return FileSystems.open(self.path(shard.file), compression_type=compression)
+
+    def records(self, split: str) -> Iterator[bytes]:
+        """The serialized Examples of a split, shard by shard, with both CRCs of each checked."""
+        for shard in self.split(split).shards:
+            with self.open_shard(shard) as stream:
+                yield from read_records(stream)
+
+    def examples(self, split: str) -> Iterator[dict[str, list]]:
+        """The records of a split as plain dicts: {feature key: list of values}."""
+        for record in self.records(split):
+            yield {key: values for key, (_, values) in codec.to_python(codec.parse(record)).items()}
+
+
+def open_dataset(folder: str) -> DatasetFolder:
+    """Read the manifest of the dataset in `folder`.
+
+    Raises:
+        UsageError: `folder` holds no recordforge manifest, or one that cannot be read.
+    """
+    folder = folder.rstrip("/") if len(folder) > 1 else folder
+    for name in (MANIFEST_FILE_BESIDE_TFDS, MANIFEST_FILE):
+        path = FileSystems.join(folder, name)
+        try:
+            if not FileSystems.exists(path):
+                continue
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                data = json.loads(f.read().decode("utf-8"))
+        except (OSError, BeamIOError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise UsageError(f"cannot read {path}: {_first_line(error)}") from None
+        if not _is_recordforge_manifest(data):
+            continue  # TensorFlow Datasets' dataset_info.json, or a stranger's
+        try:
+            return DatasetFolder(folder, Manifest.from_dict(data), name)
+        except (KeyError, TypeError, ValueError) as error:
+            raise UsageError(f"{path} is not a valid recordforge manifest: {error!r}") from None
+    raise UsageError(
+        f"{folder} is not a recordforge dataset: it has no {MANIFEST_FILE} written by recordforge "
+        "(a conversion writes it last, so an interrupted one leaves none)"
+    )
+
+
+def iterate(folder: str, split: str = "train") -> Iterator[dict[str, list]]:
+    """The records of one split as plain dicts of value lists, for frameworks other than TF.
+
+    Bytes features are `bytes`, int64 features `int`, float features `float`; every value is a
+    list, as in the Example (a scalar feature is a one-element list).
+    """
+    return open_dataset(folder).examples(split)
+
+
+def _is_recordforge_manifest(data) -> bool:
+    return isinstance(data, dict) and (data.get("tool") or {}).get("name") == "recordforge"
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip() or type(error).__name__).splitlines()[0][:300]
