@@ -6,5 +6,6 @@ manifest and the shards.
 """
 
 from pipelines.dataset import DatasetFolder, iterate, open_dataset
+from pipelines.tf_dataset import feature_spec, load
 
-__all__ = ["DatasetFolder", "iterate", "open_dataset"]
+__all__ = ["DatasetFolder", "feature_spec", "iterate", "load", "open_dataset"]

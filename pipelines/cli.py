@@ -18,10 +18,10 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines import options as cli_options
 from pipelines import preflight
 from pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
+from pipelines.dataset import DatasetFolder, open_dataset
 from pipelines.runner import beam_options
 from transforms.commit import remove_tree
 from transforms.core.errors import ErrorRateExceeded, UsageError
-from transforms.core.naming import MANIFEST_FILE
 from transforms.core.sharding import human_size
 from transforms.write import temp_folder
 
@@ -124,8 +124,8 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
             return EXIT_FAILED
         LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
         return EXIT_FAILED
-    manifest = _read_json(FileSystems.join(output, MANIFEST_FILE))
-    _print_summary(manifest, output, time.monotonic() - started)
+    dataset = open_dataset(output)
+    _print_summary(dataset, time.monotonic() - started)
     return EXIT_OK
 
 
@@ -155,7 +155,8 @@ def _read_json(path: str) -> dict:
         return json.loads(f.read().decode("utf-8"))
 
 
-def _print_summary(manifest: dict, output: str, seconds: float) -> None:
+def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
+    manifest, output = dataset.manifest.to_dict(), dataset.folder
     print(
         f"Converted {manifest['num_inputs']:,} inputs into {manifest['num_records']:,} records "
         f"in {seconds:.1f} s"
@@ -181,7 +182,7 @@ def _print_summary(manifest: dict, output: str, seconds: float) -> None:
         )
     else:
         print("  no errors")
-    print(f"Dataset: {FileSystems.join(output, MANIFEST_FILE)}")
+    print(f"Dataset: {dataset.path(dataset.manifest_file)}")
 
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:

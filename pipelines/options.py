@@ -84,6 +84,19 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", help="shard file name prefix (default: the output folder's name)")
     parser.add_argument("--compression", choices=COMPRESSIONS, default="none")
     parser.add_argument(
+        "--write-index",
+        action="store_true",
+        help="write beside each shard its record index ({shard}.idx: one 'offset length' line "
+        "per record), as NVIDIA DALI's TFRecord reader and the tfrecord package read it",
+    )
+    parser.add_argument(
+        "--tfds",
+        action="store_true",
+        help="also write TensorFlow Datasets' metadata, so tfds.builder_from_directory(OUTPUT) "
+        "loads the dataset; dataset_info.json is then TFDS's and recordforge's manifest is "
+        "recordforge.json",
+    )
+    parser.add_argument(
         "--overwrite", action="store_true", help="replace a dataset already in the output folder"
     )
 
@@ -129,6 +142,15 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         name = name or preflight.default_name(output)
         preflight.check_name(name)
     compression = getattr(args, "compression", "none")
+    write_index = getattr(args, "write_index", False)
+    tfds = getattr(args, "tfds", False)
+    if compression != "none" and write_index:
+        raise UsageError(
+            "--write-index needs uncompressed shards: an index locates records by byte offset, "
+            "which --compression gzip hides"
+        )
+    if compression != "none" and tfds:
+        raise UsageError("--tfds needs uncompressed shards: TensorFlow Datasets reads no gzip")
     return ConvertConfig(
         sources=sources,
         output=output,
@@ -140,6 +162,8 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         csv_schema=csv_schema,
         sharding=sharding,
         compression=compression,
+        write_index=write_index,
+        tfds=tfds,
         max_error_rate=args.max_error_rate,
         max_image_pixels=args.max_image_pixels,
         run_id=uuid.uuid4().hex[:12],
@@ -154,6 +178,8 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
             "label_column": args.label_column,
             "max_image_pixels": args.max_image_pixels,
             "compression": compression,
+            "write_index": write_index,
+            "tfds": tfds,
             "sharding": sharding.to_dict(),
         },
     )

@@ -169,4 +169,4 @@ def read_errors(out: pathlib.Path) -> list[dict]:
 
 
 def shard_files(out: pathlib.Path) -> list[pathlib.Path]:
-    return sorted(p for p in out.iterdir() if ".tfrecord-" in p.name)
+    return sorted(p for p in out.iterdir() if ".tfrecord-" in p.name and p.suffix != ".idx")

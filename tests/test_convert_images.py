@@ -152,7 +152,9 @@ def test_readme_reading_example_reads_every_record(photo_folder, tmp_path, cli, 
     import re
 
     readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = re.search(r"### Reading it back with TensorFlow\n\n```python\n(.*?)```", readme, re.S)
+    block = re.search(
+        r"### Reading it back with tf.data directly\n\n.*?```python\n(.*?)```", readme, re.S
+    )
     assert cli("convert", photo_folder, "-o", tmp_path / "out").returncode == 0
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
+from schemas import tfds_metadata
 from schemas.features import DeclaredFeature
 from transforms.core.assemble import assemble_manifest, error_rate_message, summarize_errors
 from transforms.core.errors import ErrorRateExceeded
-from transforms.core.naming import ERRORS_DIR, MANIFEST_FILE
+from transforms.core.naming import (
+    ERRORS_DIR,
+    MANIFEST_FILE,
+    MANIFEST_FILE_BESIDE_TFDS,
+    TFDS_FEATURES_FILE,
+)
 from transforms.core.records import ErrorFileResult, ShardResult
 from transforms.progress import LOGGER
 from transforms.write import temp_folder, write_atomically
@@ -27,6 +34,7 @@ class CommitConfig:
     run_id: str
     tool_version: str
     compression: str
+    tfds: bool
     configured_splits: tuple[str, ...]
     declared: tuple[DeclaredFeature, ...]
     max_error_rate: float | None
@@ -98,14 +106,28 @@ class _CommitFn(beam.DoFn):
             source=source,
             plan_config=config.plan_config,
         )
-        write_atomically(
-            FileSystems.join(config.output, MANIFEST_FILE),
-            temp_folder(config.output, config.run_id),
-            lambda f: f.write(manifest.to_json().encode("utf-8")),
-        )
+        documents = []
+        if config.tfds:
+            documents += [
+                (TFDS_FEATURES_FILE, _json(tfds_metadata.features(manifest))),
+                (MANIFEST_FILE, _json(tfds_metadata.dataset_info(manifest))),
+            ]
+        # Ours comes last: its presence means the dataset is complete.
+        manifest_file = MANIFEST_FILE_BESIDE_TFDS if config.tfds else MANIFEST_FILE
+        documents.append((manifest_file, manifest.to_json()))
+        for name, text in documents:
+            write_atomically(
+                FileSystems.join(config.output, name),
+                temp_folder(config.output, config.run_id),
+                lambda f, text=text: f.write(text.encode("utf-8")),
+            )
         remove_tree(temp_folder(config.output, config.run_id))
-        LOGGER.info("wrote %s", FileSystems.join(config.output, MANIFEST_FILE))
+        LOGGER.info("wrote %s", FileSystems.join(config.output, manifest_file))
         yield manifest.to_dict()
+
+
+def _json(document: dict) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 def remove_tree(folder: str) -> None:

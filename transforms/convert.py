@@ -42,6 +42,8 @@ class ConvertConfig:
         csv_schema: the columns of CSV sources (None for image folders).
         sharding: the planner's thresholds.
         compression: "none" or "gzip".
+        write_index: write a record index file beside each (uncompressed) shard.
+        tfds: also write TensorFlow Datasets' metadata (the manifest becomes recordforge.json).
         max_error_rate: fail when more than this fraction of inputs fail (None: never).
         max_image_pixels: larger images are rejected as decompression bombs.
         run_id: names this run's temporary folder.
@@ -59,6 +61,8 @@ class ConvertConfig:
     csv_schema: CsvSchema | None = None
     sharding: ShardingConfig = ShardingConfig()
     compression: str = "none"
+    write_index: bool = False
+    tfds: bool = False
     max_error_rate: float | None = None
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     run_id: str = "run"
@@ -171,6 +175,7 @@ class ConvertToTFRecords(beam.PTransform):
             config.run_id,
             layouts=planned["layouts"],
             proceed=proceed,
+            write_index=config.write_index,
         )
         all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
         error_files = all_errors | "WriteErrors" >> WriteErrors(config.output, config.run_id)
@@ -180,6 +185,7 @@ class ConvertToTFRecords(beam.PTransform):
             run_id=config.run_id,
             tool_version=config.tool_version,
             compression=config.compression,
+            tfds=config.tfds,
             configured_splits=config.configured_splits,
             declared=declare_features(
                 has_images=config.has_images, schema=config.csv_schema, roles=config.roles

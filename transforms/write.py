@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import gzip
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -15,7 +16,12 @@ from apache_beam.io.filesystems import FileSystems
 from schemas import codec
 from schemas.features import IMAGE_ENCODED
 from transforms.core.errors import InputError
-from transforms.core.naming import TEMP_DIR_PREFIX, errors_file_name, shard_file_name
+from transforms.core.naming import (
+    TEMP_DIR_PREFIX,
+    errors_file_name,
+    index_file_name,
+    shard_file_name,
+)
 from transforms.core.records import (
     STAGE_WRITE,
     ErrorFileResult,
@@ -42,14 +48,24 @@ class WriteShards(beam.PTransform):
     """((split, shard), Iterable[RecordRef]) groups → shard files.
 
     Outputs (tagged):
-        main: PCollection[ShardResult], one per shard file renamed into place.
+        main: PCollection[ShardResult], one per shard file renamed into place (with its index
+            file beside it when `write_index`: uncompressed shards only).
         errors: PCollection[ErrorRecord] for images that vanished or changed since probing.
     Nothing is written when the `proceed` side input is False (too many inputs already failed).
     """
 
-    def __init__(self, output: str, name: str, compression: str, run_id: str, layouts, proceed):
+    def __init__(
+        self,
+        output: str,
+        name: str,
+        compression: str,
+        run_id: str,
+        layouts,
+        proceed,
+        write_index: bool = False,
+    ):
         super().__init__()
-        self._fn = _WriteShardFn(output, name, compression, run_id)
+        self._fn = _WriteShardFn(output, name, compression, run_id, write_index)
         self._layouts = layouts
         self._proceed = proceed
 
@@ -68,11 +84,16 @@ class WriteShards(beam.PTransform):
 
 
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, output: str, name: str, compression: str, run_id: str) -> None:
+    def __init__(
+        self, output: str, name: str, compression: str, run_id: str, write_index: bool
+    ) -> None:
+        if write_index and compression != "none":
+            raise ValueError("index files locate records in uncompressed shards only")
         self._output = output
         self._name = name
         self._compression = compression
         self._run_id = run_id
+        self._write_index = write_index
 
     def setup(self):
         self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="recordforge-read")
@@ -86,15 +107,17 @@ class _WriteShardFn(beam.DoFn):
         (split, index), refs = element
         num_shards = layouts[split].plan.num_shards
         final_name = shard_file_name(self._name, split, index, num_shards, self._compression)
-        final = FileSystems.join(self._output, final_name)
-        # A unique temporary name per attempt: a retried bundle never appends to a stale file.
-        temp = FileSystems.join(
-            temp_folder(self._output, self._run_id), f"{final_name}.{uuid.uuid4().hex}"
-        )
+        index_name = index_file_name(final_name) if self._write_index else None
+        # Unique temporary names per attempt: a retried bundle never appends to a stale file.
+        attempt = uuid.uuid4().hex
+        temp_dir = temp_folder(self._output, self._run_id)
+        temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
+        temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
         ordered = sorted(refs, key=lambda ref: ref.order)
         count = 0
-        with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
-            sink = _CountingSink(raw)
+        with contextlib.ExitStack() as files:
+            sink = _CountingSink(files.enter_context(_create(temp)))
+            index_out = files.enter_context(_create(temp_index)) if temp_index else None
             stream = (
                 gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0)
                 if (self._compression == "gzip")
@@ -109,13 +132,22 @@ class _WriteShardFn(beam.DoFn):
                     )
                     yield beam.pvalue.TaggedOutput(ERRORS, record_error)
                     continue
+                if index_out is not None:
+                    # DALI's and the `tfrecord` package's index: offset and framed length.
+                    index_out.write(f"{sink.size} {len(record) + FRAMING_BYTES}\n".encode())
                 stream.write(frame_record(record))
                 count += 1
             if stream is not sink:
-                stream.close()  # writes the gzip trailer; `raw` is closed by the `with`
-        FileSystems.rename([temp], [final])
+                stream.close()  # writes the gzip trailer; the files are closed by the stack
+        if temp_index:
+            FileSystems.rename([temp_index], [FileSystems.join(self._output, index_name)])
+        FileSystems.rename([temp], [FileSystems.join(self._output, final_name)])
         LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
-        yield ShardResult(split, index, num_shards, final_name, count, sink.size)
+        yield ShardResult(split, index, num_shards, final_name, count, sink.size, index_name)
+
+
+def _create(path: str):
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 class _CountingSink:

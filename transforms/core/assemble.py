@@ -90,7 +90,7 @@ def assemble_manifest(
             raise RuntimeError(f"split {split!r}: shards {missing[:10]} were not written")
         splits[split] = SplitInfo(
             tuple(
-                ShardInfo(s.file, s.num_records, s.num_bytes)
+                ShardInfo(s.file, s.num_records, s.num_bytes, s.index_file)
                 for s in (written[i] for i in range(expected))
             )
         )

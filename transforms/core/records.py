@@ -121,6 +121,7 @@ class ShardResult(NamedTuple):
     file: str
     num_records: int
     num_bytes: int
+    index_file: str | None = None  # its record index, with --write-index
 
 
 class ErrorFileResult(NamedTuple):

@@ -1,0 +1,100 @@
+"""Loading a converted dataset for training: a tf.data.Dataset built from the manifest.
+
+TensorFlow is imported when `load` or `feature_spec` is called, not when recordforge is: the
+conversion and the TF-free reader (`pipelines.dataset.iterate`) do not need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pipelines.dataset import open_dataset
+from schemas.features import IMAGE_ENCODED, FeatureSpec
+
+# Decoded pixels go under this key, beside the original bytes under image/encoded.
+DECODED_IMAGE = "image"
+
+
+def feature_spec(features: Mapping[str, FeatureSpec]) -> dict:
+    """The manifest's feature spec as `tf.io.parse_example` / `parse_single_example` takes it.
+
+    Fixed shapes ([] and [k]) become FixedLenFeature; variable ones ([-1], which may be absent
+    from a record) become RaggedFeature: a 1-D tensor per record, empty when absent.
+    """
+    import tensorflow as tf
+
+    dtypes = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}
+    return {
+        key: tf.io.RaggedFeature(dtypes[spec.dtype])
+        if -1 in spec.shape
+        else tf.io.FixedLenFeature(spec.shape, dtypes[spec.dtype])
+        for key, spec in features.items()
+    }
+
+
+def load(
+    folder: str,
+    split: str = "train",
+    *,
+    decode_images: bool = False,
+    image_channels: int = 0,
+    shuffle_files: bool = False,
+    seed: int | None = None,
+    parallel_reads: int = 16,
+    deterministic: bool = True,
+):
+    """A tf.data.Dataset of one split's records, parsed into dicts of tensors.
+
+    The shards are read `parallel_reads` at a time, interleaved record by record; the feature
+    spec comes from the manifest, and the dataset's cardinality is the manifest's record count
+    (known without reading a shard). Local paths and gs:// work as TensorFlow's file systems do.
+
+    Args:
+        folder: the dataset folder (the one holding dataset_info.json).
+        split: the split to read.
+        decode_images: add the decoded pixels of `image/encoded` under "image" (uint8,
+            [height, width, channels]); animated GIFs give their first frame.
+        image_channels: with decode_images, the channels to decode to (0: as stored, which may
+            differ between records; 3 gives RGB everywhere).
+        shuffle_files: read the shards in a random order, a new one each epoch (`seed`).
+        parallel_reads: how many shards are read at once.
+        deterministic: keep the interleaved order reproducible (False may be faster).
+
+    Raises:
+        UsageError: the folder holds no recordforge dataset, or no such split.
+    """
+    import tensorflow as tf
+
+    dataset = open_dataset(folder)
+    split_info = dataset.split(split)
+    files = [dataset.path(shard.file) for shard in split_info.shards]
+    compression = "GZIP" if dataset.manifest.compression == "gzip" else None
+    spec = feature_spec(dataset.manifest.features)
+    records = tf.data.Dataset.from_tensor_slices(files)
+    if shuffle_files:
+        records = records.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+    records = records.interleave(
+        lambda path: tf.data.TFRecordDataset(path, compression_type=compression),
+        cycle_length=max(1, min(parallel_reads, len(files))),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    examples = records.map(
+        lambda record: tf.io.parse_single_example(record, spec),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
+    if decode_images:
+        if IMAGE_ENCODED not in spec:
+            raise ValueError(f"{folder} has no {IMAGE_ENCODED} feature to decode")
+
+        def decode(example):
+            pixels = tf.io.decode_image(
+                example[IMAGE_ENCODED], channels=image_channels, expand_animations=False
+            )
+            return {**example, DECODED_IMAGE: pixels}
+
+        examples = examples.map(
+            decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        )
+    return examples.apply(tf.data.experimental.assert_cardinality(split_info.num_records))
