@@ -93,6 +93,7 @@ class _WriteShardFn(beam.DoFn):
         )
         ordered = sorted(refs, key=lambda ref: ref.order)
         count = 0
+        labels = collections.Counter()  # class id → records written, for the manifest
         with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
             sink = _CountingSink(raw)
             stream = (
@@ -111,11 +112,21 @@ class _WriteShardFn(beam.DoFn):
                     continue
                 stream.write(frame_record(record))
                 count += 1
+                if ref.label is not None:
+                    labels[ref.label] += 1
             if stream is not sink:
                 stream.close()  # writes the gzip trailer; `raw` is closed by the `with`
         FileSystems.rename([temp], [final])
         LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
-        yield ShardResult(split, index, num_shards, final_name, count, sink.size)
+        yield ShardResult(
+            split,
+            index,
+            num_shards,
+            final_name,
+            count,
+            sink.size,
+            label_counts=tuple(sorted(labels.items())),
+        )
 
 
 class _CountingSink:
