@@ -1,4 +1,4 @@
-"""The `recordforge` command: convert, plan, demo."""
+"""The `recordforge` command: convert, plan, inspect, demo."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pipelines import options as cli_options
 from pipelines import preflight
 from pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from pipelines.dataset import DatasetFolder, open_dataset
+from pipelines.inspect import add_inspect_options, inspect_command
 from pipelines.runner import beam_options
 from transforms.commit import remove_tree
 from transforms.core.errors import ErrorRateExceeded, UsageError
@@ -71,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.set_defaults(handler=plan_command)
 
+    inspect = commands.add_parser(
+        "inspect",
+        help="summarize a converted dataset and show its first records; --html for a page "
+        "with a contact sheet of sample images",
+        allow_abbrev=False,
+    )
+    add_inspect_options(inspect)
+    inspect.set_defaults(handler=inspect_command)
+
     demo = commands.add_parser(
         "demo", help="generate a small demo dataset and convert it", allow_abbrev=False
     )
@@ -78,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", default="demo-output", help="where the dataset goes")
     demo.set_defaults(handler=demo_command)
 
-    for sub in (convert, plan, demo):
+    for sub in (convert, plan, inspect, demo):
         sub.add_argument("-v", "--verbose", action="count", default=0, help="more detail")
         sub.add_argument("-q", "--quiet", action="count", default=0, help="less detail")
     return parser

@@ -32,9 +32,15 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class SplitInfo:
-    """One split: its shards in index order and their totals."""
+    """One split: its shards in index order and their totals.
+
+    `label_counts` is {class name (or id, as text, for numeric labels): records}, in label-id
+    order, every class named in the manifest's `labels` included; None when the dataset has no
+    labels or was written before recordforge counted them.
+    """
 
     shards: tuple[ShardInfo, ...]
+    label_counts: Mapping[str, int] | None = None
 
     @property
     def num_records(self) -> int:
@@ -49,6 +55,7 @@ class SplitInfo:
             "num_records": self.num_records,
             "num_bytes": self.num_bytes,
             "num_shards": len(self.shards),
+            **({"label_counts": dict(self.label_counts)} if self.label_counts is not None else {}),
             "shards": [shard.to_dict() for shard in self.shards],
         }
 
@@ -129,7 +136,10 @@ class Manifest:
             created=data["created"],
             num_inputs=data["num_inputs"],
             splits={
-                name: SplitInfo(tuple(ShardInfo(**shard) for shard in split["shards"]))
+                name: SplitInfo(
+                    tuple(ShardInfo(**shard) for shard in split["shards"]),
+                    split.get("label_counts"),  # absent in manifests of earlier versions
+                )
                 for name, split in data["splits"].items()
             },
             features={key: FeatureSpec.from_dict(s) for key, s in data["features"].items()},

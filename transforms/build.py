@@ -121,13 +121,14 @@ def build_record(
     label_key, text_key = (
         (keys.IMAGE_LABEL, keys.IMAGE_LABEL_TEXT) if image else (keys.LABEL, keys.LABEL_TEXT)
     )
+    label = None
     if source in label_map.labelled_sources:
         if candidate.label is None:
             raise InputError("NoClassFolder", "the file is not inside a class folder")
-        if isinstance(candidate.label, int):
-            features[label_key] = ("int64", (candidate.label,))
-        else:
-            features[label_key] = ("int64", (label_map.id_of(candidate.label),))
+        text = not isinstance(candidate.label, int)
+        label = label_map.id_of(candidate.label) if text else candidate.label
+        features[label_key] = ("int64", (label,))
+        if text:
             features[text_key] = ("bytes", (candidate.label.encode("utf-8"),))
     if image is not None:
         features[keys.IMAGE_FORMAT] = ("bytes", (image.format.encode("ascii"),))
@@ -156,6 +157,7 @@ def build_record(
         payload_size=image.size if image is not None else 0,
         path=candidate.path,
         row=candidate.row,
+        label=label,
     )
     return ref, counts
 

@@ -115,6 +115,7 @@ class _WriteShardFn(beam.DoFn):
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
         ordered = sorted(refs, key=lambda ref: ref.order)
         count = 0
+        labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
             sink = _CountingSink(files.enter_context(_create(temp)))
             index_out = files.enter_context(_create(temp_index)) if temp_index else None
@@ -137,13 +138,24 @@ class _WriteShardFn(beam.DoFn):
                     index_out.write(f"{sink.size} {len(record) + FRAMING_BYTES}\n".encode())
                 stream.write(frame_record(record))
                 count += 1
+                if ref.label is not None:
+                    labels[ref.label] += 1
             if stream is not sink:
                 stream.close()  # writes the gzip trailer; the files are closed by the stack
         if temp_index:
             FileSystems.rename([temp_index], [FileSystems.join(self._output, index_name)])
         FileSystems.rename([temp], [FileSystems.join(self._output, final_name)])
         LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
-        yield ShardResult(split, index, num_shards, final_name, count, sink.size, index_name)
+        yield ShardResult(
+            split,
+            index,
+            num_shards,
+            final_name,
+            count,
+            sink.size,
+            index_file=index_name,
+            label_counts=tuple(sorted(labels.items())),
+        )
 
 
 def _create(path: str):

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from schemas.features import DeclaredFeature, FeatureTally, derive_specs
 from schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
-from transforms.core.labels import LabelMap
+from transforms.core.labels import LabelMap, named_counts
 from transforms.core.records import ErrorFileResult, InputCounts, ShardResult
 from transforms.core.sharding import SplitLayout
 
@@ -53,6 +53,17 @@ def split_order(layouts: Mapping[str, SplitLayout], configured: Sequence[str]) -
     return [s for s in configured if s in layouts] + sorted(set(layouts) - set(configured))
 
 
+def count_labels(shards: Iterable[ShardResult], labels: LabelMap) -> dict[str, int] | None:
+    """{class name: records} of a split in id order (every class, even absent ones), or
+    {id as text: records} for numeric labels; None when the dataset has no labels."""
+    if not labels.labelled_sources:
+        return None
+    counts: collections.Counter = collections.Counter()
+    for shard in shards:
+        counts.update(dict(shard.label_counts))
+    return named_counts(counts, labels.names)
+
+
 def assemble_manifest(
     *,
     shards: Iterable[ShardResult],
@@ -88,11 +99,10 @@ def assemble_manifest(
         if sorted(written) != list(range(expected)):
             missing = sorted(set(range(expected)) - set(written))
             raise RuntimeError(f"split {split!r}: shards {missing[:10]} were not written")
+        ordered = [written[i] for i in range(expected)]
         splits[split] = SplitInfo(
-            tuple(
-                ShardInfo(s.file, s.num_records, s.num_bytes, s.index_file)
-                for s in (written[i] for i in range(expected))
-            )
+            tuple(ShardInfo(s.file, s.num_records, s.num_bytes, s.index_file) for s in ordered),
+            count_labels(ordered, labels),
         )
     if by_split:
         raise RuntimeError(f"shards written for unplanned splits {sorted(by_split)}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 LABEL_MODES = ("auto", "folder", "none")
@@ -94,3 +94,11 @@ def resolve_labels(
         labelled.update(csv_sources)
     names = sorted({name for s in labelled for name in tally.names.get(s, ())})
     return LabelMap(tuple(names), frozenset(labelled), note)
+
+
+def named_counts(counts: Mapping[int, int], names: Sequence[str]) -> dict[str, int]:
+    """{class id: records} → {class name: records} in id order, every named class included
+    (0 when absent); ids without a name (numeric labels) as text, in numeric order."""
+    named = {name: counts.get(index, 0) for index, name in enumerate(names)}
+    rest = sorted(index for index in counts if not 0 <= index < len(names))
+    return {**named, **{str(index): counts[index] for index in rest}}

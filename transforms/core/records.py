@@ -80,6 +80,7 @@ class RecordRef(NamedTuple):
         payload_path: the image file to read at write time, or None.
         payload_size: the image's size when probed; a different size at write time is an error.
         path, row: where it came from, for error records.
+        label: its class id (the label feature's value), or None; the writers count them.
     """
 
     split: str
@@ -90,6 +91,7 @@ class RecordRef(NamedTuple):
     payload_size: int
     path: str
     row: int | None
+    label: int | None = None
 
 
 class ErrorRecord(NamedTuple):
@@ -113,7 +115,7 @@ class ErrorRecord(NamedTuple):
 
 
 class ShardResult(NamedTuple):
-    """A shard file in its final place."""
+    """A shard file in its final place; `label_counts` is ((class id, records), ...) by id."""
 
     split: str
     index: int
@@ -122,6 +124,7 @@ class ShardResult(NamedTuple):
     num_records: int
     num_bytes: int
     index_file: str | None = None  # its record index, with --write-index
+    label_counts: tuple[tuple[int, int], ...] = ()
 
 
 class ErrorFileResult(NamedTuple):
