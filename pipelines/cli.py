@@ -1,4 +1,4 @@
-"""The `recordforge` command: convert, plan, inspect, demo."""
+"""The `recordforge` command: convert, plan, verify, inspect, demo."""
 
 from __future__ import annotations
 
@@ -88,7 +88,26 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--output", default="demo-output", help="where the dataset goes")
     demo.set_defaults(handler=demo_command)
 
-    for sub in (convert, plan, inspect, demo):
+    verify = commands.add_parser(
+        "verify",
+        help="re-read a dataset and check every file and record against its manifest",
+        allow_abbrev=False,
+    )
+    verify.add_argument("folder", metavar="OUT", help="the dataset folder (local or gs://...)")
+    verify.add_argument(
+        "--deep", action="store_true", help="also decode every image/encoded fully (slower)"
+    )
+    verify.add_argument("--json", action="store_true", help="print the report as JSON")
+    verify.add_argument(
+        "--max-findings",
+        type=int,
+        default=20,
+        metavar="N",
+        help="findings listed per file, the rest counted (default 20; 0 lists all)",
+    )
+    verify.set_defaults(handler=verify_command)
+
+    for sub in (convert, plan, inspect, demo, verify):
         sub.add_argument("-v", "--verbose", action="count", default=0, help="more detail")
         sub.add_argument("-q", "--quiet", action="count", default=0, help="less detail")
     return parser
@@ -224,6 +243,25 @@ def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     if report.get("labels_note"):
         print(f"  {report['labels_note']}")
     return EXIT_OK
+
+
+def verify_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    from pipelines import verify
+
+    if args.max_findings < 0:
+        raise UsageError("--max-findings must be 0 (list all) or more")
+    # Beam options (say, a project for gs://) reach the filesystems; no pipeline runs.
+    FileSystems.set_options(beam_options(beam_args))
+    report = verify.verify_dataset(
+        preflight.normalize_path(args.folder),
+        deep=args.deep,
+        max_per_file=args.max_findings or None,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("\n".join(verify.format_report(report)))
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def demo_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:

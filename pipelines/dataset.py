@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,14 +42,20 @@ class DatasetFolder:
             raise UsageError(f"{self.folder} has no split {name!r} (its splits: {known})")
         return self.manifest.splits[name]
 
-    def open_shard(self, shard: ShardInfo) -> BinaryIO:
-        """The shard's TFRecord stream, decompressed when the dataset is gzipped."""
-        compression = (
-            CompressionTypes.GZIP
-            if self.manifest.compression == "gzip"
-            else CompressionTypes.UNCOMPRESSED
-        )
-        return FileSystems.open(self.path(shard.file), compression_type=compression)
+    @contextlib.contextmanager
+    def open_shard(self, shard: ShardInfo) -> Iterator[BinaryIO]:
+        """The shard's TFRecord stream (a context manager), decompressed when gzipped.
+
+        Gzip goes through Python's gzip module rather than Beam's reader, so a truncated stream
+        or a wrong trailer CRC raises (Beam's reader ends quietly there, losing records).
+        """
+        path = self.path(shard.file)
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+            if self.manifest.compression == "gzip":
+                with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+                    yield stream
+            else:
+                yield raw
 
     def records(self, split: str) -> Iterator[bytes]:
         """The serialized Examples of a split, shard by shard, with both CRCs of each checked."""

@@ -337,3 +337,16 @@ def test_readme_reading_examples_run(tmp_path, cli, converted, monkeypatch, head
     else:
         assert namespace["manifest"].num_records == 60
         assert namespace["jpeg"][:2] in (b"\xff\xd8", b"\x89P", b"RI")  # JPEG, PNG, WebP bytes
+
+
+def test_iterate_refuses_a_truncated_gzip_shard(converted, tmp_path):
+    import gzip
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(converted["gzipped"], out)
+    shard = out / _manifest(out)["splits"]["train"]["shards"][0]["file"]
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) - 6])  # the gzip trailer cut short: records may look whole
+    with pytest.raises((EOFError, gzip.BadGzipFile)):
+        list(iterate(str(out), "train"))

@@ -142,6 +142,28 @@ def probe_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
     return _probe(Source(_GuardedStream(io.BytesIO(data)), len(data), data), max_pixels)
 
 
+def decode_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageFacts:
+    """Identifies an image held in memory and decodes all of it, whatever its end looks like.
+
+    Every pixel is decoded (every frame of a GIF, as TensorFlow does), with the same guards as a
+    probe: the pixel count is checked from the header before anything is decoded.
+
+    Args:
+        data: the whole file.
+        max_pixels: largest width * height accepted; larger images are rejected undecoded.
+
+    Returns:
+        The image's format, size and channel count.
+
+    Raises:
+        InputError: as for probe_image, including for damage only a full decode finds.
+    """
+    if not data:
+        raise _empty_file()
+    source = Source(_GuardedStream(io.BytesIO(data)), len(data), data)
+    return _probe(source, max_pixels, decode=True)
+
+
 class _StreamError(Exception):
     """Carries an exception raised by the caller's stream past our handlers for bad image data.
 
@@ -179,14 +201,14 @@ class _GuardedStream:
             raise _StreamError(error) from error
 
 
-def _probe(source: Source, max_pixels: int) -> ImageFacts:
+def _probe(source: Source, max_pixels: int, *, decode: bool = False) -> ImageFacts:
     fmt = _sniff(source.head)
     if fmt is None:
         raise _unrecognised(source)
     try:
         facts = _header_facts(source, fmt, max_pixels)
         image_formats.check_pixel_count(facts.width, facts.height, max_pixels)
-        if not image_formats.ends_cleanly(source, fmt):
+        if decode or not image_formats.ends_cleanly(source, fmt):
             # Inconclusive (data appended after the end marker, as camera "motion photos" do) or
             # truncated: only a full decode can tell. The image is within max_pixels by now.
             _decode_fully(source, fmt, max_pixels)

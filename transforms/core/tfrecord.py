@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import BinaryIO
 
 import google_crc32c
@@ -38,28 +39,94 @@ class TFRecordCorruption(Exception):
         self.offset = offset
 
 
+# Problems a scan reports. After LENGTH_CRC or TRUNCATED the framing is lost and the scan ends;
+# after DATA_CRC the length is still trustworthy, so the next record is found and the scan goes on.
+DATA_CRC = "data_crc"
+LENGTH_CRC = "length_crc"
+TRUNCATED = "truncated"
+
+# Reads larger than this are made in pieces, so a length field that claims more than the stream
+# holds costs no more memory than the stream has left.
+_MAX_READ = 64 << 20
+
+
+@dataclass(frozen=True)
+class FramingProblem:
+    """What is wrong with one record's framing: `kind` (DATA_CRC, LENGTH_CRC, TRUNCATED), words."""
+
+    kind: str
+    message: str
+
+
+def scan_records(stream: BinaryIO) -> Iterator[tuple[int, bytes, FramingProblem | None]]:
+    """Yield (offset, payload, problem) for each record of an uncompressed TFRecord stream.
+
+    `offset` is the byte offset of the record's frame in the stream. `problem` is None for a
+    sound record. A DATA_CRC problem comes with the payload as stored and the scan goes on; a
+    LENGTH_CRC or TRUNCATED problem comes with an empty payload and ends the scan. Records are
+    read one at a time: memory holds one payload, whatever the stream's size. Exceptions of the
+    stream itself (I/O or decompression errors) propagate.
+    """
+    offset = 0
+    read = stream.read
+    while True:
+        header = read(12)
+        if len(header) < 12:
+            if not header:
+                return
+            header += _read_up_to(stream, 12 - len(header))
+            if len(header) < 12:
+                problem = FramingProblem(TRUNCATED, f"truncated header ({len(header)} of 12 bytes)")
+                yield offset, b"", problem
+                return
+        length_bytes = header[:8]
+        if _CRC.unpack_from(header, 8)[0] != masked_crc32c(length_bytes):
+            yield offset, b"", FramingProblem(LENGTH_CRC, "length CRC mismatch")
+            return
+        (length,) = _LENGTH.unpack(length_bytes)
+        data = read(length) if length <= _MAX_READ else b""
+        if len(data) < length:
+            data += _read_up_to(stream, length - len(data))
+        stored = read(4) if len(data) == length else b""
+        if len(stored) < 4 and len(data) == length:
+            stored += _read_up_to(stream, 4 - len(stored))
+        if len(data) < length or len(stored) < 4:
+            present = len(data) + len(stored)
+            message = f"truncated record ({present} of {length + 4} bytes after the header)"
+            yield offset, b"", FramingProblem(TRUNCATED, message)
+            return
+        computed = masked_crc32c(data)
+        (expected,) = _CRC.unpack(stored)
+        if expected != computed:
+            message = (
+                f"data CRC mismatch (stored {expected:#010x}, the {length}-byte payload "
+                f"gives {computed:#010x})"
+            )
+            yield offset, data, FramingProblem(DATA_CRC, message)
+        else:
+            yield offset, data, None
+        offset += FRAMING_BYTES + length
+
+
+def _read_up_to(stream: BinaryIO, n: int) -> bytes:
+    """Up to `n` bytes: fewer only at the end of the stream (some streams return short reads)."""
+    parts = []
+    while n > 0:
+        chunk = stream.read(min(n, _MAX_READ))
+        if not chunk:
+            break
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
 def read_records(stream: BinaryIO) -> Iterator[bytes]:
     """Yield the records of an uncompressed TFRecord stream, checking both CRCs of each.
 
     Raises:
         TFRecordCorruption: a short read or a CRC mismatch; names the record's byte offset.
     """
-    offset = 0
-    while True:
-        header = stream.read(12)
-        if not header:
-            return
-        if len(header) < 12:
-            raise TFRecordCorruption(offset, f"truncated header ({len(header)} of 12 bytes)")
-        length_bytes = header[:8]
-        if _CRC.unpack(header[8:])[0] != masked_crc32c(length_bytes):
-            raise TFRecordCorruption(offset, "length CRC mismatch")
-        (length,) = _LENGTH.unpack(length_bytes)
-        body = stream.read(length + 4)
-        if len(body) < length + 4:
-            raise TFRecordCorruption(offset, f"truncated record (expected {length + 4} bytes)")
-        data = body[:length]
-        if _CRC.unpack(body[length:])[0] != masked_crc32c(data):
-            raise TFRecordCorruption(offset, "data CRC mismatch")
+    for offset, data, problem in scan_records(stream):
+        if problem is not None:
+            raise TFRecordCorruption(offset, problem.message)
         yield data
-        offset += FRAMING_BYTES + length
