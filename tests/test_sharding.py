@@ -164,11 +164,19 @@ def test_bucketed_assignment_equals_global_assignment(sizes, hosts):
         config,
     )
     by_order = {}
+    cut = 0
     for bucket, items in buckets.items():
         assigned = assign_bucket(layout, bucket, [s for _, s in items])
         by_order.update({order: shard for (order, _), shard in zip(items, assigned, strict=True)})
+        # The pipeline's shortcut: a bucket one shard holds whole needs no sorting.
+        whole = layout.whole_shard(bucket)
+        if whole is None:
+            cut += 1
+        else:
+            assert set(assigned) == {whole}
     expected = assign_all([s for _, s in ranked], layout.plan.num_shards)
     assert [by_order[order] for order, _ in ranked] == expected
+    assert cut <= layout.plan.num_shards - 1  # only boundaries cut buckets
 
 
 def test_balance_on_realistic_image_sizes():

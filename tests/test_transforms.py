@@ -13,7 +13,7 @@ from schemas import codec
 from transforms.build import BuildRecords, CollectLabels
 from transforms.core.keys import order_key
 from transforms.core.records import Candidate, CsvRoles, ImageInfo, RecordRef, Source
-from transforms.core.sharding import ShardingConfig
+from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.discover import ListInputs
 from transforms.shard import PlanShards
 
@@ -32,7 +32,11 @@ def test_list_inputs_finds_files_and_tags_hidden_ones(tmp_path):
     source = Source(0, "images", f"{root}/**", str(root), str(root))
     with pipeline() as p:
         listed = p | beam.Create([source]) | ListInputs(None, CsvRoles())
-        keys = listed["candidates"] | beam.Map(lambda c: (c.key, c.label, c.depth, c.image_name))
+        keys = listed["candidates"] | beam.FlatMap(
+            lambda batch: [
+                (c.key, c.label, c.depth, c.image_name) for c in map(Candidate._make, batch)
+            ]
+        )
         assert_that(
             keys,
             equal_to(
@@ -50,24 +54,37 @@ def _ref(index: int, size: int, split: str = "train") -> RecordRef:
     return RecordRef(split, order_key("s", f"0:{index}"), size, b"", None, 0, f"/x/{index}", None)
 
 
-def test_plan_shards_assigns_every_record_once_and_balanced():
+@pytest.mark.parametrize("batch_size", [1, 37, 1000])
+def test_plan_shards_assigns_every_record_once_and_balanced(batch_size):
     sizes = [1_000 + (i * 37) % 5_000 for i in range(500)]
     refs = [_ref(i, size) for i, size in enumerate(sizes)] + [_ref(1000, 2_000, "test")]
+    batches = [refs[i : i + batch_size] for i in range(0, len(refs), batch_size)]
     config = ShardingConfig(num_hosts=2, min_shard_bytes=50_000, max_shard_bytes=100_000)
+    train_in_order = sorted((r for r in refs if r.split == "train"), key=lambda r: r.order)
+    # The exact assignment over the whole split, whatever the batching: cumulative bytes.
+    expected = dict(
+        zip(
+            (r.path for r in train_in_order),
+            assign_all([r.size for r in train_in_order], 20),
+            strict=True,
+        )
+    )
 
-    def check(assigned):
+    def check(pieces):
         per_shard: dict = {}
-        for (split, shard), ref in assigned:
-            per_shard.setdefault((split, shard), []).append(ref.size)
+        for (split, shard), piece in pieces:
+            for packed in piece:
+                per_shard.setdefault((split, shard), []).append(RecordRef._make(packed))
         train = {k[1]: v for k, v in per_shard.items() if k[0] == "train"}
-        assert sorted(train) == list(range(len(train))) and len(train) % 2 == 0
-        totals = [sum(v) for v in train.values()]
+        assert sorted(train) == list(range(20))
+        assert {r.path: shard for shard, rs in train.items() for r in rs} == expected
+        totals = [sum(r.size for r in v) for v in train.values()]
         assert max(totals) <= 1.1 * sum(totals) / len(totals)
         assert sum(len(v) for v in train.values()) == 500
-        assert per_shard[("test", 0)] == [2_000]
+        assert [r.size for r in per_shard[("test", 0)]] == [2_000]
 
     with pipeline() as p:
-        planned = p | beam.Create(refs) | PlanShards(config, ("train", "validation", "test"))
+        planned = p | beam.Create(batches) | PlanShards(config, ("train", "validation", "test"))
         assert_that(planned["assigned"], check)
         counts = planned["layouts"] | beam.Map(
             lambda layouts: {split: layout.plan.num_shards for split, layout in layouts.items()}
@@ -106,7 +123,8 @@ def test_build_records_labels_splits_and_exact_sizes(tmp_path):
         ),
     ]
 
-    def check(refs):
+    def check(batches):
+        refs = [RecordRef._make(packed) for batch in batches for packed in batch]
         assert len(refs) == 2
         for ref in refs:
             example = codec.to_python(codec.parse(ref.example))
@@ -121,7 +139,7 @@ def test_build_records_labels_splits_and_exact_sizes(tmp_path):
             assert ref.split == "train" and ref.payload_size == len(image)
 
     with pipeline() as p:
-        probed = p | beam.Create(candidates)
+        probed = p | beam.Create([candidates])  # one batch
         labels = probed | CollectLabels([0], [], "auto", csv_labelled=False)
         built = probed | BuildRecords(labels, splits=(("train", 1.0),), salt="s")
         assert_that(built.records, check)
@@ -132,7 +150,7 @@ def test_build_records_labels_splits_and_exact_sizes(tmp_path):
 def test_collect_labels_modes(mode):
     candidates = [(Candidate("0:cat/1.png", "p", None, label="cat", depth=1), None)]
     with pipeline() as p:
-        labels = p | beam.Create(candidates) | CollectLabels([0], [], mode, csv_labelled=False)
+        labels = p | beam.Create([candidates]) | CollectLabels([0], [], mode, csv_labelled=False)
         expected = ("cat",) if mode == "auto" else ()
         assert_that(labels | beam.Map(lambda m: m.names), equal_to([expected]))
 

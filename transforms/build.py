@@ -20,6 +20,7 @@ from transforms.core.records import (
     ErrorRecord,
     ImageInfo,
     RecordRef,
+    pack,
 )
 from transforms.core.tfrecord import FRAMING_BYTES
 
@@ -28,7 +29,10 @@ TALLY = "tally"
 
 
 class CollectLabels(beam.PTransform):
-    """Probed candidates → the run's LabelMap (a single element, for use as a side input)."""
+    """Batches of probed candidates → the run's LabelMap (one element, for a side input).
+
+    Input: PCollection[list[tuple[Candidate, ImageInfo | None]]].
+    """
 
     def __init__(self, folder_sources, csv_sources, mode: str, csv_labelled: bool) -> None:
         super().__init__()
@@ -45,22 +49,27 @@ class CollectLabels(beam.PTransform):
         )
 
 
-def _add_label_facts(tally: LabelTally, facts) -> None:
-    tally.add(*facts)
+def _add_label_facts(tally: LabelTally, batch_facts) -> None:
+    for facts in batch_facts:
+        tally.add(*facts)
 
 
-def _label_facts(probed: tuple[Candidate, ImageInfo | None], folder_sources: frozenset[int]):
-    candidate = probed[0]
-    source = _source_of(candidate)
-    depth = candidate.depth if source in folder_sources else None
-    return source, depth, candidate.label
+def _label_facts(batch: list[tuple[Candidate, ImageInfo | None]], folder_sources: frozenset[int]):
+    """(source, depth, label) of each candidate in a batch, without repeats."""
+    facts = set()
+    for packed, _ in batch:
+        candidate = Candidate._make(packed)
+        source = _source_of(candidate)
+        depth = candidate.depth if source in folder_sources else None
+        facts.add((source, depth, candidate.label))
+    return facts
 
 
 class BuildRecords(beam.PTransform):
-    """(Candidate, ImageInfo | None) → RecordRef.
+    """Batches of (Candidate, ImageInfo | None) → batches of RecordRefs, all packed.
 
     Outputs (tagged):
-        main: PCollection[RecordRef].
+        main: PCollection[list[tuple]]: packed RecordRefs (see records.pack).
         errors: PCollection[ErrorRecord] (e.g. a file outside any class folder).
         tally: PCollection[FeatureTally], partial counts of which features records hold.
     """
@@ -88,18 +97,23 @@ class _BuildRecordFn(beam.DoFn):
     def start_bundle(self):
         self._tally = FeatureTally()
 
-    def process(self, probed, label_map: LabelMap):
-        candidate, image = probed
-        try:
-            ref, counts = build_record(candidate, image, label_map, self._chooser, self._salt)
-        except InputError as error:
-            record = ErrorRecord(
-                candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message
-            )
-            yield beam.pvalue.TaggedOutput(ERRORS, record)
-            return
-        self._tally.add(counts)
-        yield ref
+    def process(self, batch, label_map: LabelMap):
+        refs = []
+        for packed_candidate, packed_image in batch:
+            candidate = Candidate._make(packed_candidate)
+            image = ImageInfo._make(packed_image) if packed_image is not None else None
+            try:
+                ref, counts = build_record(candidate, image, label_map, self._chooser, self._salt)
+            except InputError as error:
+                record = ErrorRecord(
+                    candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message
+                )
+                yield beam.pvalue.TaggedOutput(ERRORS, record)
+                continue
+            self._tally.add(counts)
+            refs.append(ref)
+        if refs:
+            yield pack(refs)
 
     def finish_bundle(self):
         # One tally per bundle instead of one element per record.

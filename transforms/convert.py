@@ -102,7 +102,8 @@ class _Planned(beam.PTransform):
             probed = candidates | "ProbeImages" >> ProbeImages(config.max_image_pixels)
         else:  # tabular rows: nothing to open, and no reason to shuffle them here
             probed = {
-                "probed": candidates | "NoImages" >> beam.Map(lambda candidate: (candidate, None)),
+                "probed": candidates
+                | "NoImages" >> beam.Map(lambda batch: [(candidate, None) for candidate in batch]),
                 ERRORS: pbegin | "NoProbeErrors" >> beam.Create([]),
             }
         labels = probed["probed"] | "CollectLabels" >> CollectLabels(
@@ -139,7 +140,9 @@ class _Planned(beam.PTransform):
 def _count_inputs(candidates, read_errors, early_errors):
     """A single InputCounts: inputs are candidates plus rows/files that never became one."""
     count = beam.combiners.Count.Globally
-    num_candidates = candidates | "CountCandidates" >> count()
+    num_candidates = (
+        candidates | "BatchSizes" >> beam.Map(len) | "CountCandidates" >> beam.CombineGlobally(sum)
+    )
     num_read_errors = read_errors | "CountReadErrors" >> count()
     num_early_errors = early_errors | "CountEarlyErrors" >> count()
     return num_candidates | "InputCounts" >> beam.Map(

@@ -11,19 +11,25 @@ from transforms.core.csv_rows import RowError, read_csv_rows
 from transforms.core.errors import InputError
 from transforms.core.naming import is_valid_split_name
 from transforms.core.paths import is_hidden, parent_folder, relative_path, resolve_reference
-from transforms.core.records import STAGE_READ, Candidate, CsvRoles, ErrorRecord, Source
+from transforms.core.records import STAGE_READ, Candidate, CsvRoles, ErrorRecord, Source, pack
 from transforms.listing import list_files
 from transforms.progress import Progress
 
 ERRORS = "errors"
 IGNORED = "ignored"
+CSV_FILES = "csv_files"
+# Candidates travel in batches: Beam's cost is per element, and a batch pays it once. Image
+# batches are smaller so that probing them spreads over workers even for modest folders.
+IMAGE_BATCH = 256
+CSV_BATCH = 2048
 
 
 class ListInputs(beam.PTransform):
-    """Sources → candidates.
+    """Sources → batches of candidates.
 
     Input: PCollection[Source]. Outputs (tagged):
-        main: PCollection[Candidate], one per image file or CSV data row.
+        main: PCollection[list[tuple]]: packed Candidates (see records.pack), one per image file
+            or CSV data row.
         errors: PCollection[ErrorRecord] for CSV rows and files that cannot be read.
         ignored: PCollection[str], hidden files skipped (.DS_Store, .git/...), for the manifest.
     """
@@ -34,15 +40,12 @@ class ListInputs(beam.PTransform):
         self._roles = roles
 
     def expand(self, sources):
-        # (Source, file path) for every matched file; hidden files tagged `ignored`.
+        # Batches of image candidates; (Source, path) of CSV files; hidden files `ignored`.
         files = sources | "MatchFiles" >> beam.ParDo(_MatchFilesFn()).with_outputs(
-            IGNORED, main="files"
+            IGNORED, CSV_FILES, main="images"
         )
-        image_files = files.files | "ImageFiles" >> beam.Filter(lambda sf: sf[0].kind == "images")
-        csv_files = files.files | "CsvFiles" >> beam.Filter(lambda sf: sf[0].kind == "csv")
-        images = image_files | "ImageCandidates" >> beam.Map(_image_candidate)
         rows = (
-            csv_files
+            files[CSV_FILES]
             # One CSV file per task: spread files over workers before reading.
             | "SpreadCsvFiles" >> beam.Reshuffle()
             | "ReadCsvRows"
@@ -50,23 +53,33 @@ class ListInputs(beam.PTransform):
                 ERRORS, main="rows"
             )
         )
-        candidates = (images, rows.rows) | "AllCandidates" >> beam.Flatten()
+        candidates = (files.images, rows.rows) | "AllCandidates" >> beam.Flatten()
         return {"candidates": candidates, ERRORS: rows[ERRORS], IGNORED: files[IGNORED]}
 
 
 class _MatchFilesFn(beam.DoFn):
-    """Source → (Source, path) for each file it matches; hidden paths go to `ignored`."""
+    """Source → batches of image candidates, or (Source, path) of each CSV file (CSV_FILES).
+
+    Hidden paths go to `ignored`.
+    """
 
     def process(self, source: Source):
+        batch = []
         for path in list_files(source.pattern):
             if is_hidden(relative_path(path, source.root)):
                 yield beam.pvalue.TaggedOutput(IGNORED, path)
-                continue
-            yield source, path
+            elif source.kind == "csv":
+                yield beam.pvalue.TaggedOutput(CSV_FILES, (source, path))
+            else:
+                batch.append(_image_candidate(source, path))
+                if len(batch) == IMAGE_BATCH:
+                    yield pack(batch)
+                    batch = []
+        if batch:
+            yield pack(batch)
 
 
-def _image_candidate(source_and_path: tuple[Source, str]) -> Candidate:
-    source, path = source_and_path
+def _image_candidate(source: Source, path: str) -> Candidate:
     relative = relative_path(path, source.root)
     depth = relative.count("/")
     return Candidate(
@@ -81,7 +94,7 @@ def _image_candidate(source_and_path: tuple[Source, str]) -> Candidate:
 
 
 class _ReadCsvFn(beam.DoFn):
-    """(Source, CSV path) → one Candidate per good row; bad rows and files → `errors`."""
+    """(Source, CSV path) → batches of Candidates, one per good row; bad rows/files → `errors`."""
 
     def __init__(self, schema: CsvSchema | None, roles: CsvRoles) -> None:
         self._schema = schema
@@ -97,22 +110,30 @@ class _ReadCsvFn(beam.DoFn):
         source, path = source_and_path
         relative = relative_path(path, source.root)
         row = None
+        batch = []
         try:
             with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
                 for item in read_csv_rows(stream, self._schema, source_name=relative):
                     row = item.row
-                    self._progress.add()
                     if isinstance(item, RowError):
                         yield _error(path, item.row, item.error)
                         continue
                     try:
-                        yield self._candidate(source, path, relative, item.row, item.values)
+                        batch.append(self._candidate(source, path, relative, row, item.values))
                     except InputError as error:
                         yield _error(path, item.row, error)
+                    if len(batch) == CSV_BATCH:
+                        self._progress.add(len(batch))
+                        yield pack(batch)
+                        batch = []
         except InputError as error:
             yield _error(path, None, error, after_row=row)
         except OSError as error:
             yield _error(path, None, InputError("UnreadableCsv", str(error)), after_row=row)
+        # Rows read before a failure still count: the error names where reading stopped.
+        if batch:
+            self._progress.add(len(batch))
+            yield pack(batch)
 
     def _candidate(self, source, path, relative, row, values) -> Candidate:
         roles = self._roles

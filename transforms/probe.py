@@ -18,10 +18,10 @@ ERRORS = "errors"
 
 
 class ProbeImages(beam.PTransform):
-    """Candidates → (Candidate, ImageInfo | None).
+    """Batches of Candidates → batches of (Candidate, ImageInfo | None), all packed.
 
     Candidates without an image pass through with None. Outputs (tagged):
-        main: PCollection[tuple[Candidate, ImageInfo | None]].
+        main: PCollection[list[tuple[tuple, tuple | None]]] (see records.pack).
         errors: PCollection[ErrorRecord] for missing, unreadable, corrupt or unsupported images.
     """
 
@@ -32,7 +32,7 @@ class ProbeImages(beam.PTransform):
     def expand(self, candidates):
         return (
             candidates
-            # Listing yields a whole folder in one bundle: spread the opens over workers.
+            # Listing yields a whole folder in one bundle: spread the batches over workers.
             | "SpreadImageOpens" >> beam.Reshuffle()
             | "ProbeHeaders"
             >> beam.ParDo(_ProbeImageFn(self._max_image_pixels)).with_outputs(ERRORS, main="probed")
@@ -46,22 +46,28 @@ class _ProbeImageFn(beam.DoFn):
     def setup(self):
         self._progress = Progress("images_probed", "probed", "images")
 
-    def process(self, candidate: Candidate):
-        if candidate.image_path is None:
-            yield candidate, None
-            return
-        try:
-            info = probe_file(candidate.image_path, self._max_image_pixels)
-        except InputError as error:
-            message = error.message
-            if candidate.row is not None:  # the row names the image; say which
-                message = f"image {candidate.image_name!r}: {message}"
-            yield beam.pvalue.TaggedOutput(
-                ERRORS, ErrorRecord(candidate.path, candidate.row, STAGE_PROBE, error.kind, message)
-            )
-            return
-        self._progress.add()
-        yield candidate, info
+    def process(self, batch: list[tuple]):
+        probed = []
+        for packed in batch:
+            candidate = Candidate._make(packed)
+            if candidate.image_path is None:
+                probed.append((packed, None))
+                continue
+            try:
+                info = probe_file(candidate.image_path, self._max_image_pixels)
+            except InputError as error:
+                message = error.message
+                if candidate.row is not None:  # the row names the image; say which
+                    message = f"image {candidate.image_name!r}: {message}"
+                yield beam.pvalue.TaggedOutput(
+                    ERRORS,
+                    ErrorRecord(candidate.path, candidate.row, STAGE_PROBE, error.kind, message),
+                )
+                continue
+            self._progress.add()
+            probed.append((packed, tuple(info)))
+        if probed:
+            yield probed
 
 
 def probe_file(path: str, max_image_pixels: int) -> ImageInfo:

@@ -45,7 +45,7 @@ def temp_folder(output: str, run_id: str) -> str:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), Iterable[RecordRef]) groups → shard files.
+    """((split, shard), list[packed RecordRef]) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
         main: PCollection[ShardResult], one per shard file renamed into place (with its index
@@ -72,7 +72,8 @@ class WriteShards(beam.PTransform):
     def expand(self, assigned):
         return (
             assigned
-            # (split, shard) → Iterable[RecordRef]: references only, the payloads are read below.
+            # (split, shard) → Iterable[list[RecordRef]]: references only (image bytes are read
+            # below), in pieces as the batches were cut.
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard"
             >> beam.ParDo(
@@ -104,7 +105,7 @@ class _WriteShardFn(beam.DoFn):
     def process(self, element, layouts: Mapping[str, SplitLayout], proceed: bool):
         if not proceed:
             return
-        (split, index), refs = element
+        (split, index), pieces = element
         num_shards = layouts[split].plan.num_shards
         final_name = shard_file_name(self._name, split, index, num_shards, self._compression)
         index_name = index_file_name(final_name) if self._write_index else None
@@ -113,7 +114,10 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted(refs, key=lambda ref: ref.order)
+        ordered = sorted(
+            (RecordRef._make(packed) for piece in pieces for packed in piece),
+            key=lambda ref: ref.order,
+        )
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:

@@ -3,7 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import NamedTuple
+
+
+def pack(records: Iterable[tuple]) -> list[tuple]:
+    """NamedTuples as plain tuples, for a batch crossing a Beam stage boundary.
+
+    Beam's default coder encodes lists and plain tuples of primitives natively, but pickles each
+    NamedTuple on its own (about 10 µs apiece, more than the rest of a record's work). Batches
+    therefore travel as lists of plain tuples; consumers rebuild them with `Type._make`.
+    """
+    return [tuple(record) for record in records]
 
 
 class Source(NamedTuple):

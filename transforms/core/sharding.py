@@ -201,14 +201,26 @@ def bucket_of(order_key: bytes) -> int:
 
 @dataclass(frozen=True)
 class SplitLayout:
-    """A split's plan plus where each bucket starts, in bytes, in the split's record order."""
+    """A split's plan plus where each bucket starts and ends, in bytes, in the split's order."""
 
     plan: ShardPlan
     bucket_starts: Mapping[int, int]
+    bucket_ends: Mapping[int, int]
 
     def shard_of(self, position: int) -> int:
         """The shard of the record whose first byte is at `position`."""
         return position * self.plan.num_shards // self.plan.stats.total_bytes
+
+    def whole_shard(self, bucket: int) -> int | None:
+        """The shard that holds every record of `bucket`, or None if a shard boundary cuts it.
+
+        Records of such a bucket need no ordering to be assigned: every one of them starts
+        between the bucket's first and last byte, and so lands in the same shard. Only the
+        buckets a boundary cuts (fewer than the shard count) need their records sorted.
+        """
+        first = self.shard_of(self.bucket_starts[bucket])
+        last = self.shard_of(self.bucket_ends[bucket] - 1)
+        return first if first == last else None
 
 
 def layout_split(
@@ -216,11 +228,13 @@ def layout_split(
 ) -> SplitLayout:
     """Plan a split from its per-bucket totals and compute every bucket's start position."""
     starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
     stats = SplitStats()
     for bucket, totals in sorted(bucket_totals):
         starts[bucket] = stats.total_bytes
         stats = stats.merge(totals)
-    return SplitLayout(plan_shards(stats, config), starts)
+        ends[bucket] = stats.total_bytes
+    return SplitLayout(plan_shards(stats, config), starts, ends)
 
 
 def assign_bucket(layout: SplitLayout, bucket: int, sizes: Sequence[int]) -> list[int]:
