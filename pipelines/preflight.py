@@ -21,6 +21,18 @@ from schemas.csv_schema import (
     read_sample,
     resolve_schema,
 )
+from schemas.features import (
+    IMAGE_CHANNELS,
+    IMAGE_ENCODED,
+    IMAGE_FILENAME,
+    IMAGE_FORMAT,
+    IMAGE_HEIGHT,
+    IMAGE_LABEL,
+    IMAGE_LABEL_TEXT,
+    IMAGE_WIDTH,
+    LABEL,
+    LABEL_TEXT,
+)
 from transforms.core.errors import UsageError
 from transforms.core.naming import (
     MANIFEST_FILE,
@@ -171,7 +183,27 @@ def resolve_csv_schema(
     except SchemaError as error:
         raise UsageError(str(error)) from None
     declared = set((document or {}).get("columns") or {})
-    return _with_special_columns(schema, roles, declared)
+    schema = _with_special_columns(schema, roles, declared)
+    _check_feature_names(schema, roles)
+    return schema
+
+
+def _check_feature_names(schema: CsvSchema, roles: CsvRoles) -> None:
+    """A CSV column must not become a feature recordforge writes itself (label, image/...)."""
+    written = set()
+    if roles.image_column:
+        written |= {IMAGE_ENCODED, IMAGE_FORMAT, IMAGE_HEIGHT, IMAGE_WIDTH, IMAGE_CHANNELS}
+        written.add(IMAGE_FILENAME)
+    if roles.label_column:
+        written |= {IMAGE_LABEL, IMAGE_LABEL_TEXT} if roles.image_column else {LABEL, LABEL_TEXT}
+    special = {roles.image_column, roles.label_column, roles.split_column}
+    for spec in schema.columns:
+        if spec.column not in special and spec.feature in written:
+            raise UsageError(
+                f"column {spec.column!r} would become feature {spec.feature!r}, which recordforge "
+                "writes itself here; give it another name in a schema file "
+                f"(columns: {{{spec.column}: {{feature: ...}}}}) or drop it"
+            )
 
 
 def _with_special_columns(schema: CsvSchema, roles: CsvRoles, declared: set[str]) -> CsvSchema:

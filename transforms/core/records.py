@@ -51,7 +51,8 @@ class Candidate(NamedTuple):
         key: unique and stable across runs: source index, relative path, and CSV row number.
         path: the file the input came from (the image, or the CSV file), for error records.
         row: the CSV data row number (1-based, header not counted), or None for image files.
-        features: ((feature key, dtype, values), ...) from CSV columns; empty for image files.
+        features: the CSV columns' features as a serialized Example (one bytes object crosses
+            a stage boundary far cheaper than a tuple per cell); empty for image files.
         image_path: the image file whose bytes become `image/encoded`, or None.
         image_name: the value of `image/filename`.
         label: class folder name or CSV label (text or int), or None.
@@ -62,7 +63,7 @@ class Candidate(NamedTuple):
     key: str
     path: str
     row: int | None
-    features: tuple = ()
+    features: bytes = b""
     image_path: str | None = None
     image_name: str | None = None
     label: str | int | None = None
