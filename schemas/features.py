@@ -82,15 +82,15 @@ class FeatureTally:
         self.num_records = 0
         self.keys: dict[str, list[int]] = {}  # key -> [records with it, min values, max values]
 
-    def add(self, lengths: Iterable[tuple[str, int]]) -> None:
-        """Count one record, given (key, number of values) for each key it has."""
-        self.num_records += 1
+    def add(self, lengths: Iterable[tuple[str, int]], times: int = 1) -> None:
+        """Count `times` records, each with (key, number of values) for each key it has."""
+        self.num_records += times
         for key, length in lengths:
             entry = self.keys.get(key)
             if entry is None:
-                self.keys[key] = [1, length, length]
+                self.keys[key] = [times, length, length]
             else:
-                entry[0] += 1
+                entry[0] += times
                 entry[1] = min(entry[1], length)
                 entry[2] = max(entry[2], length)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
@@ -74,28 +76,32 @@ class BuildRecords(beam.PTransform):
         tally: PCollection[FeatureTally], partial counts of which features records hold.
     """
 
-    def __init__(self, label_map, *, splits, salt: str) -> None:
+    def __init__(self, label_map, *, splits, salt: str, csv_keys=()) -> None:
         super().__init__()
         self._label_map = label_map
         self._splits = splits
         self._salt = salt
+        self._csv_keys = tuple(csv_keys)
 
     def expand(self, probed):
         return probed | "BuildRecord" >> beam.ParDo(
-            _BuildRecordFn(self._splits, self._salt), beam.pvalue.AsSingleton(self._label_map)
+            _BuildRecordFn(self._splits, self._salt, self._csv_keys),
+            beam.pvalue.AsSingleton(self._label_map),
         ).with_outputs(ERRORS, TALLY, main="records")
 
 
 class _BuildRecordFn(beam.DoFn):
-    def __init__(self, splits, salt: str) -> None:
+    def __init__(self, splits, salt: str, csv_keys: tuple[str, ...]) -> None:
         self._splits = tuple(splits)
         self._salt = salt
+        self._csv_keys = csv_keys
 
     def setup(self):
         self._chooser = SplitChooser(self._splits, self._salt)
 
     def start_bundle(self):
-        self._tally = FeatureTally()
+        # Records with the same (key, count) list are tallied once, with how many there were.
+        self._shapes: collections.Counter = collections.Counter()
 
     def process(self, batch, label_map: LabelMap):
         refs = []
@@ -103,23 +109,26 @@ class _BuildRecordFn(beam.DoFn):
             candidate = Candidate._make(packed_candidate)
             image = ImageInfo._make(packed_image) if packed_image is not None else None
             try:
-                ref, counts = build_record(candidate, image, label_map, self._chooser, self._salt)
+                ref, counts = build_record(
+                    candidate, image, label_map, self._chooser, self._salt, self._csv_keys
+                )
             except InputError as error:
                 record = ErrorRecord(
                     candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message
                 )
                 yield beam.pvalue.TaggedOutput(ERRORS, record)
                 continue
-            self._tally.add(counts)
+            self._shapes[counts] += 1
             refs.append(ref)
         if refs:
             yield pack(refs)
 
     def finish_bundle(self):
         # One tally per bundle instead of one element per record.
-        yield beam.pvalue.TaggedOutput(
-            TALLY, WindowedValue(self._tally, MIN_TIMESTAMP, [GlobalWindow()])
-        )
+        tally = FeatureTally()
+        for counts, times in self._shapes.items():
+            tally.add(counts, times)
+        yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
 
 
 def build_record(
@@ -128,8 +137,12 @@ def build_record(
     label_map: LabelMap,
     chooser: SplitChooser,
     salt: str,
-) -> tuple[RecordRef, list[tuple[str, int]]]:
-    """The record a candidate becomes, and (key, value count) for each of its features."""
+    csv_keys: tuple[str, ...] = (),
+) -> tuple[RecordRef, tuple[tuple[str, int], ...]]:
+    """The record a candidate becomes, and ((key, value count), ...) of its features.
+
+    `csv_keys` names the CSV feature columns that `candidate.feature_counts` counts.
+    """
     features = {}
     source = _source_of(candidate)
     label_key, text_key = (
@@ -150,10 +163,14 @@ def build_record(
         features[keys.IMAGE_WIDTH] = ("int64", (image.width,))
         features[keys.IMAGE_CHANNELS] = ("int64", (image.channels,))
         features[keys.IMAGE_FILENAME] = ("bytes", (candidate.image_name.encode("utf-8"),))
-    example = codec.parse(candidate.features)
-    codec.add_features(example, features)  # preflight keeps CSV feature names off these keys
-    data = codec.serialize(example)
-    counts = codec.value_counts(example)
+    counts = [(k, n) for k, n in zip(csv_keys, candidate.feature_counts, strict=True) if n >= 0]
+    counts += ((key, len(values)) for key, (_, values) in features.items())
+    if features:
+        example = codec.parse(candidate.features)
+        codec.add_features(example, features)  # preflight keeps CSV feature names off these
+        data = codec.serialize(example)
+    else:  # CSV cells only: already serialized, deterministically
+        data = candidate.features
     if image is not None:
         # Size the final record exactly with a stand-in of the image's length; the real bytes
         # are read only when the shard is written.
@@ -174,7 +191,7 @@ def build_record(
         row=candidate.row,
         label=label,
     )
-    return ref, counts
+    return ref, tuple(counts)
 
 
 def _source_of(candidate: Candidate) -> int:

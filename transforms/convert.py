@@ -15,7 +15,7 @@ from transforms.build import TALLY, BuildRecords, CollectLabels
 from transforms.combiners import TallyCombineFn
 from transforms.commit import Commit, CommitConfig
 from transforms.core.assemble import split_order
-from transforms.core.declare import declare_features
+from transforms.core.declare import csv_feature_columns, declare_features
 from transforms.core.images import DEFAULT_MAX_PIXELS
 from transforms.core.records import CsvRoles, InputCounts, Source
 from transforms.core.sharding import ShardingConfig
@@ -113,7 +113,10 @@ class _Planned(beam.PTransform):
             csv_labelled=bool(config.roles.label_column),
         )
         built = probed["probed"] | "BuildRecords" >> BuildRecords(
-            labels, splits=config.splits, salt=config.salt
+            labels,
+            splits=config.splits,
+            salt=config.salt,
+            csv_keys=[c.feature for c in csv_feature_columns(config.csv_schema, config.roles)],
         )
         tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
             TallyCombineFn(FeatureTally, FeatureTally.merge)

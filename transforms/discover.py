@@ -9,6 +9,7 @@ from apache_beam.io.filesystems import FileSystems
 from schemas import codec
 from schemas.csv_schema import CsvSchema
 from transforms.core.csv_rows import RowError, read_csv_rows
+from transforms.core.declare import csv_feature_columns
 from transforms.core.errors import InputError
 from transforms.core.naming import is_valid_split_name
 from transforms.core.paths import is_hidden, parent_folder, relative_path, resolve_reference
@@ -100,9 +101,7 @@ class _ReadCsvFn(beam.DoFn):
     def __init__(self, schema: CsvSchema | None, roles: CsvRoles) -> None:
         self._schema = schema
         self._roles = roles
-        special = {roles.image_column, roles.label_column, roles.split_column}
-        columns = schema.columns if schema is not None else ()
-        self._feature_columns = [c for c in columns if c.column not in special]
+        self._feature_columns = csv_feature_columns(schema, roles)
 
     def setup(self):
         self._progress = Progress("csv_rows_read", "read", "CSV rows")
@@ -153,12 +152,15 @@ class _ReadCsvFn(beam.DoFn):
                     f"column {roles.split_column!r}: {split[:40]!r} is not a valid split name "
                     "(letters, digits, '_' and '-')",
                 )
-        features = self._encoder.encode([values.get(spec.column) for spec in self._feature_columns])
+        cells = [values.get(spec.column) for spec in self._feature_columns]
+        features = self._encoder.encode(cells)
+        counts = tuple(-1 if v is None else len(v) for v in cells)
         return Candidate(
             key=f"{source.index}:{relative}#{row}",
             path=path,
             row=row,
             features=features,
+            feature_counts=counts,
             image_path=image_path,
             image_name=image_name,
             label=label,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas import features as keys
-from schemas.csv_schema import CsvSchema
+from schemas.csv_schema import ColumnSpec, CsvSchema
 from schemas.features import DeclaredFeature
 from transforms.core.records import CsvRoles
 
@@ -31,15 +31,20 @@ def declare_features(
     declared.append(
         DeclaredFeature(text_key, "bytes", description="class name", listed_when_absent=False)
     )
-    special = {roles.image_column, roles.label_column, roles.split_column}
-    for column in schema.columns if schema is not None else ():
-        if column.column not in special:
-            declared.append(
-                DeclaredFeature(
-                    column.feature,
-                    column.dtype,
-                    is_list=column.is_list,
-                    description=f"CSV column {column.column!r}",
-                )
+    for column in csv_feature_columns(schema, roles):
+        declared.append(
+            DeclaredFeature(
+                column.feature,
+                column.dtype,
+                is_list=column.is_list,
+                description=f"CSV column {column.column!r}",
             )
+        )
     return tuple(declared)
+
+
+def csv_feature_columns(schema: CsvSchema | None, roles: CsvRoles) -> tuple[ColumnSpec, ...]:
+    """The CSV columns that become features (not the image, label or split column), in order."""
+    special = {roles.image_column, roles.label_column, roles.split_column}
+    columns = schema.columns if schema is not None else ()
+    return tuple(column for column in columns if column.column not in special)

@@ -53,6 +53,8 @@ class Candidate(NamedTuple):
         row: the CSV data row number (1-based, header not counted), or None for image files.
         features: the CSV columns' features as a serialized Example (one bytes object crosses
             a stage boundary far cheaper than a tuple per cell); empty for image files.
+        feature_counts: how many values each CSV feature column has (-1: absent), in the order
+            of `declare.csv_feature_columns`; plain ints, cheap to carry, for the tally.
         image_path: the image file whose bytes become `image/encoded`, or None.
         image_name: the value of `image/filename`.
         label: class folder name or CSV label (text or int), or None.
@@ -64,6 +66,7 @@ class Candidate(NamedTuple):
     path: str
     row: int | None
     features: bytes = b""
+    feature_counts: tuple = ()
     image_path: str | None = None
     image_name: str | None = None
     label: str | int | None = None
