@@ -1,0 +1,1 @@
+"""recordforge's benchmark harness (not installed with the package): `python -m benchmarks`."""

@@ -1,0 +1,90 @@
+"""The benchmark harness (benchmarks/) runs end to end on a minute dataset.
+
+Only completeness and the JSON's structure are checked, never speed: the benchmark's figures and
+targets are informational and take no part in the test suite's pass/fail.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+METHODS = {"tutorial", "beam", "recordforge", "recordforge-mp", "raw"}
+
+
+@pytest.mark.timeout(600)
+def test_harness_runs_every_method_and_checks_counts(tmp_path):
+    out = tmp_path / "results.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--image-mb=1.2",
+            "--csv-rows=300",
+            "--plan-rows=300",
+            "--repeats=1",
+            f"--data-dir={tmp_path / 'data'}",
+            f"--json={out}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    assert "records/s" in result.stdout and "targets" in result.stdout
+
+    data = json.loads(out.read_text())
+    assert data["complete"] is True
+    assert data["machine"]["cpu_count"] >= 1 and data["machine"]["versions"]["apache-beam"]
+    assert set(data["cases"]) == {"images", "csv"}
+    for name, case in data["cases"].items():
+        assert case["expected_records"] > 0 and case["input_bytes"] > 0
+        assert set(case["methods"]) == METHODS, name
+        for key, method in case["methods"].items():
+            assert method["summary"]["complete"], (name, key)
+            (run,) = method["runs"]
+            assert run["complete"] and run["exit_code"] == 0, (name, key, run)
+            assert run["records"] == case["expected_records"], (name, key)
+            assert run["wall_s"] > 0 and run["peak_rss_mb"] > 0
+            for stat in ("records_per_s", "mb_per_s", "peak_rss_mb"):
+                assert set(method["summary"][stat]) == {"min", "median", "max"}
+            assert method["ratio_vs_tutorial"] is not None and method["ratio_vs_raw"] is not None
+        assert case["methods"]["tutorial"]["ratio_vs_tutorial"] == 1.0
+        assert case["methods"]["raw"]["ratio_vs_raw"] == 1.0
+
+    (plan,) = data["plan"]
+    assert plan["inputs"] == 300 and plan["summary"]["complete"]
+    assert plan["runs"][0]["num_inputs"] == 300
+    names = [target["name"] for target in data["targets"]]
+    for mode in ("recordforge", "recordforge-mp"):
+        assert f"images/s vs tutorial ({mode})" in names
+        assert f"image MB/s vs raw limit ({mode})" in names
+        assert f"CSV rows/s vs tutorial ({mode})" in names
+    for target in data["targets"]:
+        assert target["pass"] in (True, False, None)
+
+
+def test_an_incomplete_output_is_caught(tmp_path):
+    """The read-back that decides completeness rejects a truncated TFRecord file."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from benchmarks import measure
+    finally:
+        sys.path.remove(str(ROOT))
+    from transforms.core.tfrecord import frame_record
+
+    good = tmp_path / "good.tfrecord"
+    good.write_bytes(b"".join(frame_record(b"x" * n) for n in (1, 10, 100)))
+    assert measure.count_framed([str(good)]) == (3, 111)
+    cut = tmp_path / "cut" / "cut.tfrecord"
+    cut.parent.mkdir()
+    cut.write_bytes(good.read_bytes()[:-3])
+    counted = measure.count_output("script", str(cut.parent))
+    assert counted["records"] is None and "truncated" in counted["error"]
