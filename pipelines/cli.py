@@ -37,13 +37,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, beam_args = parser.parse_known_args(argv)
     _configure_logging(args.verbose - args.quiet)
     try:
-        return args.handler(args, beam_args)
+        status = args.handler(args, beam_args)
+        sys.stdout.flush()
+        return status
     except UsageError as error:
         print(f"recordforge: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("recordforge: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # `recordforge plan --json ... | head`: the reader has all it wants. The work is done;
+        # send what is left to /dev/null so the exit does not fail flushing it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 def _parser() -> argparse.ArgumentParser:

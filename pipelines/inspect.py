@@ -130,11 +130,7 @@ def inspect_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         if args.records:
             lines += ["", *format_records(previews, split, manifest.splits[split].num_records)]
         text = "\n".join(lines)
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:  # `recordforge inspect OUT | head`: the reader has all it wants
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
+    print(text, flush=True)
     if page is not None:
         print(f"Contact sheet: {html_path}", file=sys.stderr if args.json else sys.stdout)
     return EXIT_OK

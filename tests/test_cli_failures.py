@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import subprocess
 
 import apache_beam as beam
 import pytest
@@ -184,3 +185,19 @@ def test_a_run_where_every_input_fails_is_a_failure(tmp_path, cli):
     assert result.returncode == 1
     assert "all 2 inputs failed" in result.stderr and "Traceback" not in result.stderr
     assert _tree(out) == ["errors", "errors/probe.jsonl"]
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_output_cut_short_by_a_pipe_is_not_an_error(photo_folder, tmp_path, cli, command):
+    """`recordforge verify --json OUT | head -1`: no traceback when the reader stops early."""
+    from conftest import RECORDFORGE
+
+    out = tmp_path / "out"
+    assert cli("convert", photo_folder, "-o", out).returncode == 0
+    reader = subprocess.Popen(
+        [RECORDFORGE, command, str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    reader.stdout.close()  # the reader is gone before anything is printed, as `| head` may be
+    _, stderr = reader.communicate(timeout=300)
+    assert reader.returncode == 0, stderr
+    assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr
