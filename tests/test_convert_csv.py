@@ -234,3 +234,36 @@ def test_a_column_may_not_become_a_feature_recordforge_writes(tmp_path, cli):
                  "--schema", schema)  # fmt: skip
     assert result.returncode == 2 and "feature 'image/height'" in result.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
+
+
+def test_the_table_fast_path_writes_what_the_general_path_writes(tmp_path, monkeypatch):
+    """Plain tables are read and built in one step; the bytes must not depend on that."""
+    from pipelines import cli as cli_module
+    from transforms import convert
+
+    table = tmp_path / "t.csv"
+    lines = ["id,label,score,tags,note"]
+    for row in range(1, 400):
+        score = "" if row % 7 == 0 else f"{row / 3:.3f}"
+        lines.append(f"{row},{row % 3},{score},{'a b' if row % 2 else ''},note {row}")
+    lines.insert(50, "oops,1,2")  # a bad row goes to the quarantine on both paths
+    table.write_text("\n".join(lines) + "\n")
+    argv = ["--label-column", "label", "--splits", "train=0.7,test=0.3", "--num-shards", "3"]
+    argv += ["--name", "t"]
+    assert cli_module.main(["convert", str(table), "-o", str(tmp_path / "fast"), *argv]) == 0
+    monkeypatch.setattr(convert, "_is_plain_table", lambda config: False)
+    assert cli_module.main(["convert", str(table), "-o", str(tmp_path / "general"), *argv]) == 0
+    fast, general = tmp_path / "fast", tmp_path / "general"
+    fast_files = sorted(p.relative_to(fast).as_posix() for p in fast.rglob("*") if p.is_file())
+    assert fast_files == sorted(
+        p.relative_to(general).as_posix() for p in general.rglob("*") if p.is_file()
+    )
+    assert len([name for name in fast_files if ".tfrecord-" in name]) == 6
+    for name in fast_files:
+        if name != "dataset_info.json":  # shards and the errors file
+            assert (fast / name).read_bytes() == (general / name).read_bytes(), name
+    manifests = [json.loads((out / "dataset_info.json").read_text()) for out in (fast, general)]
+    for manifest in manifests:
+        manifest.pop("created")
+    assert manifests[0] == manifests[1]
+    assert manifests[0]["errors"]["count"] == 1 and manifests[0]["num_records"] == 399

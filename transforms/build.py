@@ -90,45 +90,70 @@ class BuildRecords(beam.PTransform):
         ).with_outputs(ERRORS, TALLY, main="records")
 
 
-class _BuildRecordFn(beam.DoFn):
+class RecordBuilder:
+    """Builds records one after another and tallies their features (used inside DoFns).
+
+    Args:
+        splits: (split, fraction) pairs for hash-based splits.
+        salt: salts the split and order hashes.
+        csv_keys: the CSV feature columns that `Candidate.feature_counts` counts.
+    """
+
     def __init__(self, splits, salt: str, csv_keys: tuple[str, ...]) -> None:
-        self._splits = tuple(splits)
+        self._chooser = SplitChooser(tuple(splits), salt)
         self._salt = salt
-        self._csv_keys = csv_keys
-
-    def setup(self):
-        self._chooser = SplitChooser(self._splits, self._salt)
-
-    def start_bundle(self):
+        self._csv_keys = tuple(csv_keys)
         # Records with the same (key, count) list are tallied once, with how many there were.
         self._shapes: collections.Counter = collections.Counter()
+
+    def build(
+        self, candidate: Candidate, image: ImageInfo | None, label_map: LabelMap
+    ) -> RecordRef | ErrorRecord:
+        """The candidate's record, or its error record when it cannot become one."""
+        try:
+            ref, counts = build_record(
+                candidate, image, label_map, self._chooser, self._salt, self._csv_keys
+            )
+        except InputError as error:
+            return ErrorRecord(
+                candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message
+            )
+        self._shapes[counts] += 1
+        return ref
+
+    def tally_output(self) -> beam.pvalue.TaggedOutput:
+        """The tally of the records built since the last call, as a TALLY output."""
+        tally = FeatureTally()
+        for counts, times in self._shapes.items():
+            tally.add(counts, times)
+        self._shapes.clear()
+        return beam.pvalue.TaggedOutput(
+            TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()])
+        )
+
+
+class _BuildRecordFn(beam.DoFn):
+    def __init__(self, splits, salt: str, csv_keys: tuple[str, ...]) -> None:
+        self._args = (tuple(splits), salt, csv_keys)
+
+    def setup(self):
+        self._builder = RecordBuilder(*self._args)
 
     def process(self, batch, label_map: LabelMap):
         refs = []
         for packed_candidate, packed_image in batch:
             candidate = Candidate._make(packed_candidate)
             image = ImageInfo._make(packed_image) if packed_image is not None else None
-            try:
-                ref, counts = build_record(
-                    candidate, image, label_map, self._chooser, self._salt, self._csv_keys
-                )
-            except InputError as error:
-                record = ErrorRecord(
-                    candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message
-                )
-                yield beam.pvalue.TaggedOutput(ERRORS, record)
-                continue
-            self._shapes[counts] += 1
-            refs.append(ref)
+            built = self._builder.build(candidate, image, label_map)
+            if isinstance(built, ErrorRecord):
+                yield beam.pvalue.TaggedOutput(ERRORS, built)
+            else:
+                refs.append(built)
         if refs:
             yield pack(refs)
 
     def finish_bundle(self):
-        # One tally per bundle instead of one element per record.
-        tally = FeatureTally()
-        for counts, times in self._shapes.items():
-            tally.add(counts, times)
-        yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
+        yield self._builder.tally_output()  # one tally per bundle, not an element per record
 
 
 def build_record(

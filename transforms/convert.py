@@ -17,9 +17,10 @@ from transforms.commit import Commit, CommitConfig
 from transforms.core.assemble import split_order
 from transforms.core.declare import csv_feature_columns, declare_features
 from transforms.core.images import DEFAULT_MAX_PIXELS
+from transforms.core.labels import LabelTally, resolve_labels
 from transforms.core.records import CsvRoles, InputCounts, Source
 from transforms.core.sharding import ShardingConfig
-from transforms.discover import IGNORED, ListInputs
+from transforms.discover import CSV_FILES, IGNORED, ListInputs, ReadTable
 from transforms.probe import ProbeImages
 from transforms.shard import PlanShards
 from transforms.write import WriteErrors, WriteShards, write_atomically
@@ -96,11 +97,39 @@ class _Planned(beam.PTransform):
     def expand(self, pbegin):
         config = self._config
         sources = pbegin | "Sources" >> beam.Create(config.sources)
-        listed = sources | "ListInputs" >> ListInputs(config.csv_schema, config.roles)
+        tabular = _is_plain_table(config)
+        listed = sources | "ListInputs" >> ListInputs(
+            config.csv_schema, config.roles, read_csv=not tabular
+        )
+        if tabular:
+            built, labels, counts = self._read_table(pbegin, listed)
+            early_errors = built[ERRORS]
+        else:
+            built, labels, counts, early_errors = self._probe_and_build(pbegin, listed)
+        tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
+            TallyCombineFn(FeatureTally, FeatureTally.merge)
+        )
+        planned = built.records | "PlanShards" >> PlanShards(
+            config.sharding, config.configured_splits, assign=self._assign
+        )
+        ignored = listed[IGNORED] | "CountIgnored" >> beam.combiners.Count.Globally()
+        return {
+            "assigned": planned.get("assigned"),
+            "layouts": planned["layouts"],
+            "labels": labels,
+            "tally": tally,
+            "counts": counts,
+            "ignored": ignored,
+            "early_errors": early_errors,
+        }
+
+    def _probe_and_build(self, pbegin, listed):
+        """Candidates → probed (images) → labelled → built records."""
+        config = self._config
         candidates = listed["candidates"]
         if config.has_images:
             probed = candidates | "ProbeImages" >> ProbeImages(config.max_image_pixels)
-        else:  # tabular rows: nothing to open, and no reason to shuffle them here
+        else:  # text-labelled rows: nothing to open, but labels to collect first
             probed = {
                 "probed": candidates
                 | "NoImages" >> beam.Map(lambda batch: [(candidate, None) for candidate in batch]),
@@ -118,26 +147,37 @@ class _Planned(beam.PTransform):
             salt=config.salt,
             csv_keys=[c.feature for c in csv_feature_columns(config.csv_schema, config.roles)],
         )
-        tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
-            TallyCombineFn(FeatureTally, FeatureTally.merge)
-        )
-        planned = built.records | "PlanShards" >> PlanShards(
-            config.sharding, config.configured_splits, assign=self._assign
-        )
         early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS]) | (
             "EarlyErrors" >> beam.Flatten()
         )
         counts = _count_inputs(candidates, listed[ERRORS], early_errors)
-        ignored = listed[IGNORED] | "CountIgnored" >> beam.combiners.Count.Globally()
-        return {
-            "assigned": planned.get("assigned"),
-            "layouts": planned["layouts"],
-            "labels": labels,
-            "tally": tally,
-            "counts": counts,
-            "ignored": ignored,
-            "early_errors": early_errors,
-        }
+        return built, labels, counts, early_errors
+
+    def _read_table(self, pbegin, listed):
+        """CSV files → built records in one step: the labels need no pass over the rows."""
+        config = self._config
+        csv_sources = [s.index for s in config.sources]
+        label_map = resolve_labels(
+            LabelTally(), [], csv_sources, config.label_mode, bool(config.roles.label_column)
+        )
+        labels = pbegin | "Labels" >> beam.Create([label_map])
+        built = listed[CSV_FILES] | "ReadTable" >> ReadTable(
+            config.csv_schema, config.roles, labels, splits=config.splits, salt=config.salt
+        )
+        # Inputs are the records plus the rows and files that failed.
+        counts = _count_inputs(built.records, built[ERRORS], built[ERRORS])
+        return built, labels, counts
+
+
+def _is_plain_table(config: ConvertConfig) -> bool:
+    """CSV rows without images, labelled by ids or not at all: no global pass is needed before
+    building records (text labels need every class name first, to number them)."""
+    if config.has_images or config.csv_schema is None:
+        return False
+    label = config.roles.label_column
+    return label is None or any(
+        c.column == label and c.dtype == "int64" for c in config.csv_schema.columns
+    )
 
 
 def _count_inputs(candidates, read_errors, early_errors):
