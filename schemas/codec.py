@@ -84,15 +84,6 @@ class ExampleEncoder:
 _LIST_FIELDS = {"bytes": "bytes_list", "int64": "int64_list", "float": "float_list"}
 
 
-def value_counts(example: Example) -> list[tuple[str, int]]:
-    """(key, number of values) for each feature of `example`."""
-    counts = []
-    for key, feature in example.features.feature.items():
-        kind = feature.WhichOneof("kind")
-        counts.append((key, len(getattr(feature, kind).value) if kind else 0))
-    return counts
-
-
 def to_python(example: Example) -> dict[str, FeatureValues]:
     """The Example's features as {key: (dtype, list of values)}, for inspection and tests."""
     result = {}

@@ -36,27 +36,22 @@ def _images(root: pathlib.Path) -> pathlib.Path:
     return root
 
 
+def _convert(base: pathlib.Path, *options: str) -> pathlib.Path:
+    out = base / "out"
+    result = run_cli("convert", _images(base / "photos"), "-o", out, "--name", NAME, *options)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory) -> pathlib.Path:
     """A real dataset: 8 records in 2 shards of split train, 1 input in errors/probe.jsonl."""
-    base = tmp_path_factory.mktemp("verify")
-    out = base / "out"
-    result = run_cli(
-        "convert", _images(base / "photos"), "-o", out, "--name", NAME, "--num-shards", "2"
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    return _convert(tmp_path_factory.mktemp("verify"), "--num-shards", "2")
 
 
 @pytest.fixture(scope="module")
 def converted_gzip(tmp_path_factory) -> pathlib.Path:
-    base = tmp_path_factory.mktemp("verify-gz")
-    out = base / "out"
-    result = run_cli(
-        "convert", _images(base / "photos"), "-o", out, "--name", NAME, "--compression", "gzip"
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    return _convert(tmp_path_factory.mktemp("verify-gz"), "--compression", "gzip")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from schemas import codec
 from schemas.csv_schema import CsvSchema
-from transforms.build import RecordBuilder
+from transforms.build import TALLY, RecordBuilder
 from transforms.core.csv_rows import RowError, read_csv_rows
 from transforms.core.declare import csv_feature_columns
 from transforms.core.errors import InputError
@@ -22,7 +22,6 @@ from transforms.progress import Progress
 ERRORS = "errors"
 IGNORED = "ignored"
 CSV_FILES = "csv_files"
-TALLY = "tally"
 # Candidates travel in batches: Beam's cost is per element, and a batch pays it once. Image
 # batches are smaller so that probing them spreads over workers even for modest folders.
 IMAGE_BATCH = 256
