@@ -183,7 +183,7 @@ def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int
         _remove_temp_files(output, config.run_id)
         LOGGER.error("the conversion could not be submitted", exc_info=error)
         return EXIT_FAILED
-    print(f"Submitted the conversion into {output}; dataset_info.json appears there when it is done")
+    print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
 
 

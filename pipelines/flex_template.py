@@ -21,6 +21,9 @@ LIST_SEPARATOR = ","
 # Options whose name is also a Beam pipeline option: `--labels` is Dataflow's job labels too, and
 # the launch passes Beam's options in the same argument list, so the parameter takes another name.
 RENAMED = {"labels": "label_mode"}
+# Options that choose where the pipeline runs (recordforge's runner shorthands, when the CLI has
+# them): a template always runs on Dataflow, so they are not template parameters.
+RUNNER_OPTIONS = frozenset({"runner", "worker_pool"})
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0", "")
 
 
@@ -52,10 +55,10 @@ class TemplateParameter:
 
 
 def template_parameters() -> list[TemplateParameter]:
-    """Every option of `recordforge convert`, read from its argument parser."""
+    """Every option of `recordforge convert` but RUNNER_OPTIONS, read from its argument parser."""
     found = []
     for action in cli.command_parser("convert")._actions:
-        if isinstance(action, argparse._HelpAction):
+        if isinstance(action, argparse._HelpAction) or action.dest in RUNNER_OPTIONS:
             continue
         long_flags = [s for s in action.option_strings if s.startswith("--")]
         if not action.option_strings:

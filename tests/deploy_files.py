@@ -5,10 +5,26 @@ from __future__ import annotations
 import pathlib
 import re
 import shlex
+import sys
 from dataclasses import dataclass
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as the `tomli` package (a dependency of `build`)
+    import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
+
+
+def pyproject(root: pathlib.Path = ROOT) -> dict:
+    return tomllib.loads((root / "pyproject.toml").read_text())
+
+
+def beam_pin(root: pathlib.Path = ROOT) -> str:
+    """The Beam version pyproject.toml pins (apache-beam[gcp]==X)."""
+    (beam,) = [d for d in pyproject(root)["project"]["dependencies"] if d.startswith("apache-beam")]
+    return beam.split("==")[1]
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 
 import pytest
 import yaml
@@ -19,10 +18,15 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 from conftest import make_image
-from deploy_files import DEPLOY, ROOT, copy_sources, dockerfile_stages
+from deploy_files import DEPLOY, ROOT, beam_pin, copy_sources, dockerfile_stages, pyproject
 
 from pipelines import cli
-from pipelines.flex_template import RENAMED, convert_arguments, template_parameters
+from pipelines.flex_template import (
+    RENAMED,
+    RUNNER_OPTIONS,
+    convert_arguments,
+    template_parameters,
+)
 from pipelines.runner import _all_option_classes, beam_options
 
 METADATA = json.loads((DEPLOY / "dataflow" / "metadata.json").read_text())
@@ -56,7 +60,13 @@ SAMPLES = {
 
 
 def test_metadata_lists_exactly_the_convert_options():
-    from_parser = {p.name for p in template_parameters()}
+    # Straight from the parser `recordforge convert` uses (not through template_parameters).
+    from_parser = {
+        RENAMED.get(action.dest, action.dest)
+        for action in cli.command_parser("convert")._actions
+        if action.dest != "help" and action.dest not in RUNNER_OPTIONS
+    }
+    assert from_parser == {p.name for p in template_parameters()}
     assert set(PARAMETERS) == from_parser, (
         f"missing from metadata.json: {sorted(from_parser - set(PARAMETERS))}; "
         f"not convert options: {sorted(set(PARAMETERS) - from_parser)}"
@@ -200,7 +210,7 @@ def test_the_image_is_the_sdk_image_with_recordforge_installed():
     python = worker.variables.get("PYTHON_VERSION") or re.search(
         r"beam_python([\d.]+)_sdk", worker.image
     ).group(1)
-    assert worker.image == f"apache/beam_python{python}_sdk:{_beam_pin()}"
+    assert worker.image == f"apache/beam_python{python}_sdk:{beam_pin()}"
     # The image's Python must be one Beam publishes and the project supports.
     beam_pythons = _beam_python_versions()
     assert python in beam_pythons, f"Beam publishes SDK images for {beam_pythons}"
@@ -223,14 +233,14 @@ def test_the_image_is_the_sdk_image_with_recordforge_installed():
             assert (ROOT / source).exists(), f"COPY {source}: no such file in the build context"
             copied_from_context.add(source)
     # Everything `pip install .` needs: pyproject.toml, its readme and every package.
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject()
     top_level = {p.split(".")[0] for p in project["tool"]["setuptools"]["packages"]}
     assert {"pyproject.toml", project["project"]["readme"], *top_level} <= copied_from_context
 
     runs = " ".join(i.arguments for i in worker.instructions if i.keyword == "RUN")
     assert "pip install --no-cache-dir ." in runs
     assert "apache_beam.__version__ != '${BEAM_VERSION}'" in runs
-    assert worker.variables["BEAM_VERSION"] == _beam_pin()  # re-declared inside the stage
+    assert worker.variables["BEAM_VERSION"] == beam_pin()  # re-declared inside the stage
     (entrypoint,) = [i for i in worker.instructions if i.keyword == "ENTRYPOINT"]
     assert json.loads(entrypoint.arguments) == ["/opt/apache/beam/boot"]
     # The Flex Template runs the file the image holds.
@@ -350,11 +360,6 @@ def test_launch_without_a_command_prints_its_usage():
     assert result.returncode == 2 and "Usage" in result.stderr
 
 
-def _beam_pin() -> str:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return next(d for d in dependencies if d.startswith("apache-beam")).split("==")[1]
-
-
 def _beam_python_versions() -> set[str]:
     import importlib.metadata
 
@@ -364,7 +369,7 @@ def _beam_python_versions() -> set[str]:
 
 
 def _requires_python() -> tuple[int, ...]:
-    spec = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    spec = pyproject()["project"]["requires-python"]
     return tuple(map(int, spec.removeprefix(">=").split(".")))
 
 

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import tomllib
 from collections import Counter
 
 import apache_beam
-from deploy_files import DEPLOY, ROOT, beam_pins, dockerfile_stages
-
-
-def pinned_version() -> str:
-    dependencies = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    (beam,) = [d for d in dependencies if d.startswith("apache-beam")]
-    return beam.split("==")[1]
+from deploy_files import DEPLOY, ROOT, beam_pin, beam_pins, dockerfile_stages
 
 
 def disagreements(pins: list[tuple[str, int, str]], version: str) -> list[str]:
@@ -21,7 +14,7 @@ def disagreements(pins: list[tuple[str, int, str]], version: str) -> list[str]:
 
 
 def test_every_beam_version_named_is_the_pyproject_pin():
-    version = pinned_version()
+    version = beam_pin()
     pins = beam_pins(ROOT)
     assert not disagreements(pins, version), (
         f"Beam is pinned to {version} in pyproject.toml, but these name another version: "
@@ -40,13 +33,13 @@ def test_every_beam_version_named_is_the_pyproject_pin():
 
 
 def test_the_installed_beam_is_the_pin():
-    assert apache_beam.__version__ == pinned_version()
+    assert apache_beam.__version__ == beam_pin()
 
 
 def test_the_dockerfile_builds_from_the_pinned_sdk_image():
     (_, worker) = dockerfile_stages((DEPLOY / "Dockerfile").read_text())
     assert worker.image.startswith("apache/beam_python")
-    assert worker.image.endswith(f"_sdk:{pinned_version()}")
+    assert worker.image.endswith(f"_sdk:{beam_pin()}")
 
 
 def test_a_drifted_pin_is_caught(tmp_path):
@@ -54,7 +47,7 @@ def test_a_drifted_pin_is_caught(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(DEPLOY, tmp_path / "deploy")
-    version = pinned_version()
+    version = beam_pin()
     assert not disagreements(beam_pins(tmp_path), version)
 
     dockerfile = tmp_path / "deploy" / "Dockerfile"
@@ -66,10 +59,10 @@ def test_a_drifted_pin_is_caught(tmp_path):
     ]
 
     job_server = tmp_path / "deploy" / "flink" / "beam-job-server.yaml"
-    job_server.write_text(job_server.read_text().replace(f"_job_server:{version}", "_job_server:2.78.0"))
-    assert any("beam-job-server.yaml" in d and "2.78.0" in d for d in disagreements(
-        beam_pins(tmp_path), version
-    ))
+    text = job_server.read_text()
+    job_server.write_text(text.replace(f"_job_server:{version}", "_job_server:2.78.0"))
+    drifted = disagreements(beam_pins(tmp_path), version)
+    assert any("beam-job-server.yaml" in d and d.endswith("2.78.0") for d in drifted)
 
 
 def _line_of(text: str, needle: str) -> int:
