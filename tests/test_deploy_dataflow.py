@@ -10,7 +10,6 @@ import shlex
 import subprocess
 import sys
 
-import pytest
 import yaml
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
@@ -371,9 +370,3 @@ def _beam_python_versions() -> set[str]:
 def _requires_python() -> tuple[int, ...]:
     spec = pyproject()["project"]["requires-python"]
     return tuple(map(int, spec.removeprefix(">=").split(".")))
-
-
-@pytest.fixture(autouse=True)
-def _no_network_credentials_search(monkeypatch):
-    # Nothing here talks to Google Cloud; keep the client libraries from looking for credentials.
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "my-project")
