@@ -21,8 +21,13 @@ def build_plan_pipeline(pipeline: beam.Pipeline, config: ConvertConfig, report_p
     return pipeline | "PlanDataset" >> PlanDataset(config, report_path)
 
 
-def run_pipeline(options: PipelineOptions, build: Callable[[beam.Pipeline], object]) -> None:
-    """Build and run a pipeline to completion; FnApiRunner unless the options name a runner.
+def run_pipeline(
+    options: PipelineOptions, build: Callable[[beam.Pipeline], object], *, wait: bool = True
+) -> None:
+    """Build and run a pipeline; FnApiRunner unless the options name a runner.
+
+    With `wait` (the default) it returns when the pipeline has finished; without, as soon as the
+    runner has accepted it (FnApiRunner runs it to the end either way).
 
     Raises whatever the runner raises when the pipeline fails.
     """
@@ -31,4 +36,5 @@ def run_pipeline(options: PipelineOptions, build: Callable[[beam.Pipeline], obje
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline)
         result = pipeline.run()
-        result.wait_until_finish()
+        if wait:
+            result.wait_until_finish()

@@ -31,13 +31,28 @@ LOGGER = logging.getLogger("recordforge")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 run failed, 2 usage error)."""
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    beam_argv: Sequence[str] | None = None,
+    submit_only: bool = False,
+) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 run failed, 2 usage error).
+
+    Arguments recordforge does not know are Beam's, unless `beam_argv` gives Beam's arguments
+    separately (then `argv` must hold recordforge's only). With `submit_only`, `convert` returns
+    once the runner has accepted the pipeline instead of waiting for it to finish. Both serve
+    the Dataflow Flex Template launch (pipelines/flex_template).
+    """
     parser = _parser()
-    args, beam_args = parser.parse_known_args(argv)
+    if beam_argv is None:
+        args, beam_args = parser.parse_known_args(argv)
+    else:
+        args, beam_args = parser.parse_args(argv), list(beam_argv)
     _configure_logging(args.verbose - args.quiet)
+    handler = submit_conversion if submit_only and args.handler is convert_command else args.handler
     try:
-        status = args.handler(args, beam_args)
+        status = handler(args, beam_args)
         sys.stdout.flush()
         return status
     except UsageError as error:
@@ -120,6 +135,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(command: str) -> argparse.ArgumentParser:
+    """The parser of one command (say `convert`), e.g. to list its options."""
+    for action in _parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action.choices[command]
+    raise KeyError(command)
+
+
 def _configure_logging(level: int) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("recordforge: %(message)s"))
@@ -134,6 +157,38 @@ def _configure_logging(level: int) -> None:
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    output, config, options = _prepare_conversion(args, beam_args)
+    started = time.monotonic()
+    try:
+        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
+        _remove_temp_files(output, config.run_id)
+        message = _error_rate_message(error)
+        if message:
+            print(f"recordforge: failed: {message}", file=sys.stderr)
+            return EXIT_FAILED
+        LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
+        return EXIT_FAILED
+    dataset = open_dataset(output)
+    _print_summary(dataset, time.monotonic() - started)
+    return EXIT_OK
+
+
+def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    """`convert` that returns once the runner has the job, without waiting for it to finish."""
+    output, config, options = _prepare_conversion(args, beam_args)
+    try:
+        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
+    except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)
+        _remove_temp_files(output, config.run_id)
+        LOGGER.error("the conversion could not be submitted", exc_info=error)
+        return EXIT_FAILED
+    print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
+    return EXIT_OK
+
+
+def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
+    """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output)
     options = beam_options(beam_args)
@@ -149,20 +204,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         "column" if config.roles.split_column else "hashed",
         config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
     )
-    started = time.monotonic()
-    try:
-        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
-    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        _remove_temp_files(output, config.run_id)
-        message = _error_rate_message(error)
-        if message:
-            print(f"recordforge: failed: {message}", file=sys.stderr)
-            return EXIT_FAILED
-        LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
-        return EXIT_FAILED
-    dataset = open_dataset(output)
-    _print_summary(dataset, time.monotonic() - started)
-    return EXIT_OK
+    return output, config, options
 
 
 def _error_rate_message(error: BaseException) -> str | None:

@@ -82,7 +82,12 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     """Options only `convert` has."""
     parser.add_argument("-o", "--output", required=True, help="dataset folder (local or gs://)")
     parser.add_argument("--name", help="shard file name prefix (default: the output folder's name)")
-    parser.add_argument("--compression", choices=COMPRESSIONS, default="none")
+    parser.add_argument(
+        "--compression",
+        choices=COMPRESSIONS,
+        default="none",
+        help="compress the shards (default: none)",
+    )
     parser.add_argument(
         "--write-index",
         action="store_true",
