@@ -41,7 +41,7 @@ from transforms.core.summary import (
     summarize,
 )
 from transforms.core.tfrecord import TFRecordCorruption
-from transforms.storage_errors import STORAGE_ERRORS
+from transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 EXIT_OK, EXIT_FAILED = 0, 1
 # The contact sheet shows at most this many classes (the first, by id).
@@ -294,6 +294,6 @@ def write_text(path: str, text: str) -> None:
             path, mime_type="text/html", compression_type=CompressionTypes.UNCOMPRESSED
         ) as f:
             f.write(text.encode("utf-8"))
-    except STORAGE_ERRORS as error:
+    except WRITE_ERRORS as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"cannot write --html {path}: {message}") from None

@@ -51,7 +51,7 @@ from transforms.core.paths import (
 )
 from transforms.core.records import CsvRoles, Source
 from transforms.listing import list_files
-from transforms.storage_errors import STORAGE_ERRORS
+from transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 
 def normalize_path(path: str) -> str:
@@ -297,7 +297,7 @@ def check_writable(output: str) -> None:
         with FileSystems.create(probe, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             f.write(b"")
         FileSystems.delete([probe])
-    except STORAGE_ERRORS as error:
+    except WRITE_ERRORS as error:
         raise UsageError(
             f"cannot write to the output folder {output!r}: {_first_line(error)}"
         ) from None
