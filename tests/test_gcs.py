@@ -15,11 +15,15 @@ import sys
 import uuid
 
 import pytest
+from apache_beam.io.filesystem import BeamIOError
 from conftest import BAD_FILES, make_image
 from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 
 from pipelines import iterate
+from pipelines.preflight import resolve_sources
 from pipelines.verify import verify_dataset
+from transforms.listing import list_files
+from transforms.write import publish
 
 OPTIONS = ("--name", "pets", "--splits", "train=0.7,validation=0.3", "--num-shards", "2")
 
@@ -251,3 +255,25 @@ def test_a_missing_bucket_is_a_usage_error(gcs, bucket, photo_folder, cli):
         "recordforge: error: cannot write to the output folder 'gs://no-such-bucket-rf/out': "
     )
     assert "404" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_globs_and_the_commit_renames_on_gs(gcs, bucket, photo_folder):
+    """In this process, through Beam's GCS filesystem: what preflight and the commit rely on."""
+    upload(gcs, photo_folder, bucket, "in/photos")
+    root = f"gs://{bucket}/in/photos"
+    assert list_files(f"{root}/*/c?.jpg") == [f"{root}/cat/c1.jpg", f"{root}/cat/c2.jpg"]
+    assert list_files(f"{root}/**", limit=3) == sorted(list_files(f"{root}/**"))[:3]
+    assert len(list_files(f"{root}/**")) == 17  # hidden files too: discovery counts them
+    (source,) = resolve_sources([f"{root}/"])
+    assert (source.kind, source.pattern, source.root) == ("images", f"{root}/**", root)
+
+    client = gcs.client().bucket(bucket)
+    for name in ("tmp/a", "tmp/b"):
+        client.blob(name).upload_from_string(name.encode())
+    staged = [(f"gs://{bucket}/tmp/{n}", f"gs://{bucket}/final/{n}") for n in ("a", "b")]
+    publish(staged)
+    publish(staged)  # a retried commit: the sources are gone, the targets there
+    assert download(gcs, bucket, "final") == {"a": b"tmp/a", "b": b"tmp/b"}
+    assert download(gcs, bucket, "tmp") == {}
+    with pytest.raises(BeamIOError):  # neither there: something else went wrong
+        publish([(f"gs://{bucket}/tmp/c", f"gs://{bucket}/final/c")])
