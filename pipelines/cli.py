@@ -6,14 +6,15 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 
 from pipelines import options as cli_options
 from pipelines import preflight
@@ -266,13 +267,19 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     config = cli_options.build_config(args, output=None)
     options = beam_options(beam_args)
-    report_dir = tempfile.mkdtemp(prefix="recordforge-plan-")
+    # The workers write the report where this process can read it: on remote runners that is
+    # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
+    temp_location = options.view_as(GoogleCloudOptions).temp_location
+    if temp_location:
+        report_dir = FileSystems.join(temp_location, f"recordforge-plan-{uuid.uuid4().hex}")
+    else:
+        report_dir = tempfile.mkdtemp(prefix="recordforge-plan-")
     try:
-        report_path = os.path.join(report_dir, "plan.json")
+        report_path = FileSystems.join(report_dir, "plan.json")
         run_pipeline(options, lambda p: build_plan_pipeline(p, config, report_path))
         report = _read_json(report_path)
     finally:
-        shutil.rmtree(report_dir, ignore_errors=True)
+        remove_tree(report_dir)
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from schemas import codec
@@ -17,6 +17,7 @@ from schemas.manifest import Manifest, ShardInfo, SplitInfo
 from transforms.core.errors import UsageError
 from transforms.core.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
 from transforms.core.tfrecord import read_records
+from transforms.storage_errors import STORAGE_ERRORS
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def open_dataset(folder: str) -> DatasetFolder:
                 continue
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
                 data = json.loads(f.read().decode("utf-8"))
-        except (OSError, BeamIOError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        except (*STORAGE_ERRORS, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"cannot read {path}: {_first_line(error)}") from None
         if not _is_recordforge_manifest(data):
             continue  # TensorFlow Datasets' dataset_info.json, or a stranger's

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from itertools import islice
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines import preflight
@@ -41,6 +41,7 @@ from transforms.core.summary import (
     summarize,
 )
 from transforms.core.tfrecord import TFRecordCorruption
+from transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 EXIT_OK, EXIT_FAILED = 0, 1
 # The contact sheet shows at most this many classes (the first, by id).
@@ -114,7 +115,7 @@ def inspect_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
                     dataset, split, args.per_class, args.scan_limit, split_counts
                 )
             page = render_page(summary, sheet, previews, split)
-    except (TFRecordCorruption, OSError, BeamIOError) as error:
+    except (TFRecordCorruption, *STORAGE_ERRORS) as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         print(f"recordforge: failed: cannot read {dataset.folder}: {message}", file=sys.stderr)
         return EXIT_FAILED
@@ -293,6 +294,6 @@ def write_text(path: str, text: str) -> None:
             path, mime_type="text/html", compression_type=CompressionTypes.UNCOMPRESSED
         ) as f:
             f.write(text.encode("utf-8"))
-    except (OSError, BeamIOError) as error:
+    except WRITE_ERRORS as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
         raise UsageError(f"cannot write --html {path}: {message}") from None

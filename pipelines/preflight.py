@@ -11,7 +11,7 @@ import re
 import uuid
 from collections.abc import Sequence
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from schemas.csv_schema import (
@@ -51,6 +51,7 @@ from transforms.core.paths import (
 )
 from transforms.core.records import CsvRoles, Source
 from transforms.listing import list_files
+from transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 
 def normalize_path(path: str) -> str:
@@ -232,7 +233,7 @@ def _load_schema_document(path: str) -> dict:
             normalize_path(path), compression_type=CompressionTypes.UNCOMPRESSED
         ) as f:
             text = f.read().decode("utf-8")
-    except (OSError, BeamIOError) as error:
+    except STORAGE_ERRORS as error:
         raise UsageError(f"cannot read schema file {path!r}: {_first_line(error)}") from None
     except UnicodeDecodeError:
         raise UsageError(f"schema file {path!r} is not UTF-8 text") from None
@@ -296,7 +297,7 @@ def check_writable(output: str) -> None:
         with FileSystems.create(probe, compression_type=CompressionTypes.UNCOMPRESSED) as f:
             f.write(b"")
         FileSystems.delete([probe])
-    except (OSError, BeamIOError) as error:
+    except WRITE_ERRORS as error:
         raise UsageError(
             f"cannot write to the output folder {output!r}: {_first_line(error)}"
         ) from None

@@ -47,7 +47,9 @@ def load(
 
     The shards are read `parallel_reads` at a time, interleaved record by record; the feature
     spec comes from the manifest, and the dataset's cardinality is the manifest's record count
-    (known without reading a shard). Local paths and gs:// work as TensorFlow's file systems do.
+    (known without reading a shard). Local paths and gs:// work as TensorFlow's file systems do:
+    the manifest is read through Beam FileSystems, the shards by TensorFlow's own GCS client,
+    which ignores STORAGE_EMULATOR_HOST (so gs:// here is not covered by the emulator tests).
 
     Args:
         folder: the dataset folder (the one holding dataset_info.json).

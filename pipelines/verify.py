@@ -34,6 +34,7 @@ from transforms.core.verify import (
     check_totals,
     check_unlisted,
 )
+from transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -144,7 +145,7 @@ def verify_dataset(
         report.files += 1
         try:
             error_lines += _count_lines(dataset.path(relative))
-        except (OSError, BeamIOError) as error:
+        except STORAGE_ERRORS as error:
             all_there = False
             report.findings.add(_read_error(relative, error))
     if all_there:
@@ -189,7 +190,7 @@ def _verify_shard(
                     index_lines = stack.enter_context(_open(dataset.path(shard.index)))
             stream = stack.enter_context(dataset.open_shard(shard))
             findings.extend(verifier.findings(stream, index_lines, shard.index))
-    except (OSError, BeamIOError) as error:
+    except STORAGE_ERRORS as error:
         findings.add(_read_error(shard.file, error))
     report.shards += 1
     report.records += verifier.records

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 import pytest
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
@@ -16,6 +17,7 @@ from transforms.core.records import Candidate, CsvRoles, ImageInfo, RecordRef, S
 from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.discover import ListInputs
 from transforms.shard import PlanShards
+from transforms.write import publish
 
 
 def pipeline():
@@ -177,3 +179,17 @@ def test_the_pipeline_ends_in_one_commit_step(tmp_path):
     leaves = {pcoll: name for pcoll, name in produced.items() if pcoll not in consumed}
     assert list(leaves.values()) == ["ConvertToTFRecords/Commit/WriteManifest"]
     assert manifest.producer.full_label.startswith("ConvertToTFRecords/Commit")
+
+
+def test_publish_renames_into_place_and_is_safe_to_repeat(tmp_path):
+    (tmp_path / "tmp").mkdir()
+    for name in ("a", "b"):
+        (tmp_path / "tmp" / name).write_text(name)
+    staged = [(str(tmp_path / "tmp" / n), str(tmp_path / "out" / "sub" / n)) for n in "ab"]
+    publish(staged)  # creates the target folder
+    publish(staged)  # a retried commit: the sources are gone, the targets there
+    assert sorted(p.name for p in (tmp_path / "out" / "sub").iterdir()) == ["a", "b"]
+    assert (tmp_path / "out" / "sub" / "b").read_text() == "b"
+    assert not list((tmp_path / "tmp").iterdir())
+    with pytest.raises(BeamIOError):  # neither there: something else went wrong
+        publish([(str(tmp_path / "tmp" / "c"), str(tmp_path / "out" / "c"))])

@@ -1,4 +1,4 @@
-"""The commit: one terminal step that checks everything arrived and writes the manifest last."""
+"""The commit: checks that all results arrived, moves the files into place, writes the manifest."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from transforms.core.naming import (
 )
 from transforms.core.records import ErrorFileResult, ShardResult
 from transforms.progress import LOGGER
-from transforms.write import temp_folder, write_atomically
+from transforms.write import publish, temp_folder, write_atomically
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class CommitConfig:
 
 
 class Commit(beam.PTransform):
-    """ShardResults and ErrorFileResults → `dataset_info.json`, written after everything else.
+    """ShardResults and ErrorFileResults → files renamed into place, then `dataset_info.json`.
 
     Input: PCollection[ShardResult | ErrorFileResult]. Output: PCollection with the manifest as
     a dict. Side inputs: the layouts, labels, feature tally, input counts and ignored files.
@@ -74,17 +74,21 @@ class _CommitFn(beam.DoFn):
     def process(self, results, layouts, labels, tally, counts, ignored):
         config = self._config
         shards = [r for r in results if isinstance(r, ShardResult)]
-        errors = summarize_errors(r for r in results if isinstance(r, ErrorFileResult))
+        error_files = [r for r in results if isinstance(r, ErrorFileResult)]
+        errors = summarize_errors(error_files)
         failure = error_rate_message(
             errors.count,
             counts.num_inputs,
             config.max_error_rate,
             FileSystems.join(config.output, ERRORS_DIR),
         )
+        # Everything the run wrote is still under temporary names: now it moves into place,
+        # the errors always (they say why a run failed), the shards only for a good run.
+        publish(pair for result in error_files for pair in result.staged)
         if failure:
-            _delete([FileSystems.join(config.output, s.file) for s in shards])
             remove_tree(temp_folder(config.output, config.run_id))
             raise ErrorRateExceeded(failure)
+        publish(pair for shard in shards for pair in shard.staged)
         source = dict(config.source)
         source["ignored_hidden_files"] = ignored
         if labels.note:

@@ -18,6 +18,7 @@ from transforms.core.paths import is_hidden, parent_folder, relative_path, resol
 from transforms.core.records import STAGE_READ, Candidate, CsvRoles, ErrorRecord, Source, pack
 from transforms.listing import list_files
 from transforms.progress import Progress
+from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
 IGNORED = "ignored"
@@ -199,7 +200,7 @@ class _ReadCsvFn(beam.DoFn):
                         yield _error(path, item.row, error)
         except InputError as error:
             yield _error(path, None, error, after_row=row)
-        except OSError as error:
+        except STORAGE_ERRORS as error:
             yield _error(path, None, InputError("UnreadableCsv", str(error)), after_row=row)
 
     def _candidate(self, source, path, relative, row, values) -> Candidate:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
@@ -13,6 +13,7 @@ from transforms.core.images import probe_image
 from transforms.core.paths import has_scheme
 from transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from transforms.progress import Progress
+from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
 
@@ -87,7 +88,7 @@ def probe_file(path: str, max_image_pixels: int) -> ImageInfo:
             target = os.readlink(path)
             raise InputError("MissingFile", f"broken symbolic link: {path} -> {target}") from error
         raise InputError("MissingFile", f"file not found: {path}") from error
-    except (OSError, BeamIOError) as error:
+    except STORAGE_ERRORS as error:
         if not FileSystems.exists(path):
             raise InputError("MissingFile", f"file not found: {path}") from error
         raise InputError("UnreadableFile", f"cannot read {path}: {error}") from error

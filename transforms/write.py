@@ -1,4 +1,4 @@
-"""Writing: each shard streamed to a temporary file in order-key order, then renamed into place."""
+"""Writing: each shard streamed to a temporary file in order-key order; the commit renames it."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from transforms.core.records import (
 from transforms.core.sharding import SplitLayout
 from transforms.core.tfrecord import FRAMING_BYTES, frame_record
 from transforms.progress import LOGGER
+from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
 # Image reads in flight per shard writer: hides object-store latency, bounded by bytes in memory.
@@ -48,8 +49,9 @@ class WriteShards(beam.PTransform):
     """((split, shard), list[packed RecordRef]) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
-        main: PCollection[ShardResult], one per shard file renamed into place (with its index
-            file beside it when `write_index`: uncompressed shards only).
+        main: PCollection[ShardResult], one per shard file written under a temporary name
+            (with its index file when `write_index`: uncompressed shards only); the commit
+            renames them into place.
         errors: PCollection[ErrorRecord] for images that vanished or changed since probing.
     Nothing is written when the `proceed` side input is False (too many inputs already failed).
     """
@@ -146,9 +148,10 @@ class _WriteShardFn(beam.DoFn):
                     labels[ref.label] += 1
             if stream is not sink:
                 stream.close()  # writes the gzip trailer; the files are closed by the stack
+        # Renamed into place by the commit, with every other file of the run.
+        staged = [(temp, FileSystems.join(self._output, final_name))]
         if temp_index:
-            FileSystems.rename([temp_index], [FileSystems.join(self._output, index_name)])
-        FileSystems.rename([temp], [FileSystems.join(self._output, final_name)])
+            staged.append((temp_index, FileSystems.join(self._output, index_name)))
         LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
         yield ShardResult(
             split,
@@ -159,6 +162,7 @@ class _WriteShardFn(beam.DoFn):
             sink.size,
             index_file=index_name,
             label_counts=tuple(sorted(labels.items())),
+            staged=tuple(staged),
         )
 
 
@@ -208,7 +212,7 @@ def read_payload(ref: RecordRef) -> bytes:
             ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
         ) as f:
             data = f.read()
-    except (OSError, BeamIOError) as error:
+    except STORAGE_ERRORS as error:
         raise InputError(
             "UnreadableFile", f"cannot read {ref.payload_path} any more: {error}"
         ) from error
@@ -259,22 +263,53 @@ def _write_error_file(
     stage, errors = stage_errors
     ordered = sorted(errors, key=ErrorRecord.sort_key)
     relative = errors_file_name(stage)
-    write_atomically(
-        FileSystems.join(output, relative),
+    temp = write_temporary(
         temp_folder(output, run_id),
         lambda f: f.writelines((e.to_json_line() + "\n").encode("utf-8") for e in ordered),
     )
     by_kind = collections.Counter(error.error for error in ordered)
-    return ErrorFileResult(relative, stage, len(ordered), tuple(sorted(by_kind.items())))
+    return ErrorFileResult(
+        relative,
+        stage,
+        len(ordered),
+        tuple(sorted(by_kind.items())),
+        staged=((temp, FileSystems.join(output, relative)),),
+    )
+
+
+def write_temporary(temp_dir: str, fill: Callable) -> str:
+    """Write a file under a fresh temporary name in `temp_dir`; return its path."""
+    temp = FileSystems.join(temp_dir, f"{uuid.uuid4().hex}.tmp")
+    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        fill(f)
+    return temp
 
 
 def write_atomically(final: str, temp_dir: str, fill: Callable) -> None:
     """Write a file under a temporary name, then rename it to `final`."""
-    temp = FileSystems.join(temp_dir, f"{uuid.uuid4().hex}.tmp")
-    with FileSystems.create(temp, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        fill(f)
-    _ensure_folder(FileSystems.split(final)[0])
-    FileSystems.rename([temp], [final])
+    publish([(write_temporary(temp_dir, fill), final)])
+
+
+def publish(staged: Iterable[tuple[str, str]]) -> None:
+    """Rename (temporary, final) pairs into place, in batches; safe to repeat after a failure.
+
+    On object stores a rename is a copy then a delete, so it is not atomic as a pair, but the
+    final object appears whole or not at all. A retried commit finds some files moved by the
+    attempt before it: a pair whose source is gone and whose target exists is done.
+    """
+    staged = list(staged)
+    if not staged:
+        return
+    for folder in sorted({FileSystems.split(final)[0] for _, final in staged}):
+        _ensure_folder(folder)
+    try:
+        FileSystems.rename([temp for temp, _ in staged], [final for _, final in staged])
+    except BeamIOError as error:
+        failed = error.exception_details or {}  # {(temporary, final): cause}
+        if not failed or any(
+            FileSystems.exists(temp) or not FileSystems.exists(final) for temp, final in failed
+        ):
+            raise
 
 
 def _ensure_folder(folder: str) -> None:

@@ -130,7 +130,11 @@ class ErrorRecord(NamedTuple):
 
 
 class ShardResult(NamedTuple):
-    """A shard file in its final place; `label_counts` is ((class id, records), ...) by id."""
+    """A shard file, written; `label_counts` is ((class id, records), ...) by id.
+
+    `staged` pairs each temporary file with its final path (the shard, and its index file): the
+    commit renames them all into place, so an interrupted run leaves nothing under final names.
+    """
 
     split: str
     index: int
@@ -140,15 +144,17 @@ class ShardResult(NamedTuple):
     num_bytes: int
     index_file: str | None = None  # its record index, with --write-index
     label_counts: tuple[tuple[int, int], ...] = ()
+    staged: tuple[tuple[str, str], ...] = ()
 
 
 class ErrorFileResult(NamedTuple):
-    """An errors file in its final place, with its line count per error kind."""
+    """An errors file, written, with its line count per error kind; `staged` as in ShardResult."""
 
     file: str
     stage: str
     count: int
     by_kind: tuple[tuple[str, int], ...]
+    staged: tuple[tuple[str, str], ...] = ()
 
 
 # Stages named in error records (and the errors files they go to).

@@ -1,0 +1,36 @@
+"""What Beam FileSystems raise for a missing or forbidden file, on any store.
+
+Local files raise OSError and Beam wraps some failures in BeamIOError, but Beam's GCS filesystem
+lets the storage client's own exceptions through: a missing object is
+`google.api_core.exceptions.NotFound`, not FileNotFoundError, and an upload the server refuses
+(no such bucket, no permission) is `google.cloud.storage.exceptions.InvalidResponse`. Those are
+facts about the user's paths, to be reported against them; other errors (throttling, outages)
+propagate, so the runner retries the work.
+"""
+
+from __future__ import annotations
+
+from apache_beam.io.filesystem import BeamIOError
+
+
+def _gcs_read_errors() -> tuple[type[BaseException], ...]:
+    try:  # installed with apache-beam[gcp]; absent from a Beam without the GCP extra
+        from google.api_core.exceptions import Forbidden, NotFound
+    except ImportError:
+        return ()
+    return (NotFound, Forbidden)
+
+
+def _gcs_write_errors() -> tuple[type[BaseException], ...]:
+    try:
+        from google.cloud.storage.exceptions import InvalidResponse
+    except ImportError:
+        return ()
+    return (InvalidResponse,)
+
+
+# Reading a file (or listing, or deleting one).
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (OSError, BeamIOError, *_gcs_read_errors())
+# Creating one: also an upload the store refuses. Only where any refusal is the user's to fix
+# (the output folder checked before a run, the --html page): a worker lets it propagate.
+WRITE_ERRORS: tuple[type[BaseException], ...] = (*STORAGE_ERRORS, *_gcs_write_errors())
