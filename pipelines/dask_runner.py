@@ -10,8 +10,9 @@ single-output pipelines but, for a pipeline like recordforge's:
 This runner keeps Beam's graph walk, Create, GroupByKey and Flatten, and replaces the ParDo
 translation: a bundle's outputs are (tag, value) pairs each consumer selects its tag from, bundle
 outputs are collected after `finish_bundle`, and side inputs are ordinary graph dependencies
-computed once. Reshuffle repartitions the bag (Beam's is a no-op), so the work after it spreads
-over the workers.
+computed once. Reshuffle repartitions the bag (Beam's is a no-op) into --dask_npartitions
+partitions, by default one per worker thread of the cluster, so the work after it spreads over the
+workers (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
 """
@@ -37,9 +38,6 @@ from apache_beam.runners.dask import transform_evaluator as beam_ops
 from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
-
-# Partitions a Reshuffle spreads its input over when --dask_npartitions does not say.
-DEFAULT_RESHUFFLE_PARTITIONS = 16
 
 
 class _Outputs:
@@ -128,7 +126,7 @@ class _TaggedBag:
 
 
 class _DaskBagVisitor(PipelineVisitor):
-    def __init__(self, npartitions: int | None, bag_kwargs: dict) -> None:
+    def __init__(self, npartitions: int, bag_kwargs: dict) -> None:
         self.bags: dict[AppliedPTransform, db.Bag | _TaggedBag] = collections.OrderedDict()
         self._npartitions = npartitions
         self._bag_kwargs = bag_kwargs
@@ -145,9 +143,7 @@ class _DaskBagVisitor(PipelineVisitor):
         bags = [self._bag_of(v) for v in inputs]
         if isinstance(transform, overrides._Reshuffle):
             bag = bags[0]
-            self.bags[node] = bag.repartition(
-                npartitions=max(bag.npartitions, self._npartitions or DEFAULT_RESHUFFLE_PARTITIONS)
-            )
+            self.bags[node] = bag.repartition(npartitions=max(bag.npartitions, self._npartitions))
         elif type(transform) in beam_ops.TRANSLATIONS and type(transform) is not _BEAM_PARDO:
             op = beam_ops.TRANSLATIONS[type(transform)](node, bag_kwargs=self._bag_kwargs)
             if isinstance(op, beam_ops.Flatten):
@@ -194,7 +190,8 @@ class DaskRunner(dask_runner.DaskRunner):
         bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         pipeline.replace_all(overrides.dask_overrides())
-        visitor = _DaskBagVisitor(bag_kwargs.get("npartitions"), bag_kwargs)
+        npartitions = bag_kwargs.get("npartitions") or sum(client.nthreads().values()) or 1
+        visitor = _DaskBagVisitor(npartitions, bag_kwargs)
         pipeline.visit(visitor)
         # The last leaf depends on every branch that matters (recordforge ends in one commit
         # step); computing it computes them.
