@@ -78,8 +78,9 @@ def runner_args(runner: str | None, worker_pool: str | None) -> list[str]:
 
 def _runner_path(name: str) -> str:
     """A runner's class path (dotted names as given); Beam's short names are checked, not kept."""
-    if name.lower() in RUNNER_SHORTHANDS:
-        return RUNNER_SHORTHANDS[name.lower()]
+    short = name.lower().removesuffix("runner")  # "dask", "Dask", "DaskRunner"
+    if short in RUNNER_SHORTHANDS:
+        return RUNNER_SHORTHANDS[short]
     if name == _BEAM_DASK_RUNNER:
         return _DASK_RUNNER
     if "." in name:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
-from test_runners import _loopback
+from conftest import is_loopback
 
 from pipelines.runner import beam_options, runner_args
 from transforms.core.errors import UsageError
@@ -18,7 +18,7 @@ DASK = "pipelines.dask_runner.DaskRunner"
     [
         (None, None, []),
         ("dask", None, [f"--runner={DASK}"]),
-        ("Dask", None, [f"--runner={DASK}"]),
+        ("DaskRunner", None, [f"--runner={DASK}"]),
         # Beam's own DaskRunner loses tagged outputs; asked for by name, the fixed one runs.
         ("apache_beam.runners.dask.dask_runner.DaskRunner", None, [f"--runner={DASK}"]),
         ("portable", None, [f"--runner={PORTABLE}"]),
@@ -133,4 +133,4 @@ def test_plan_takes_the_runner_options_too(photo_folder, cli):
     ],
 )
 def test_the_listener_check_tells_loopback_from_every_interface(address, loopback):
-    assert _loopback(address) is loopback
+    assert is_loopback(address) is loopback

@@ -13,8 +13,8 @@ all, even when the test fails.
 
 from __future__ import annotations
 
+import collections
 import contextlib
-import ipaddress
 import json
 import os
 import pathlib
@@ -27,7 +27,7 @@ import time
 
 import psutil
 import pytest
-from conftest import RECORDFORGE, make_image, read_dataset
+from conftest import RECORDFORGE, is_loopback, make_image, read_dataset
 
 PYTHON = sys.executable
 DASK = str(pathlib.Path(PYTHON).with_name("dask"))
@@ -228,15 +228,9 @@ class ListenerWatch:
     def assert_loopback_only(self) -> None:
         assert self.seen, "no listener seen: the watch did not work"
         outside = {
-            f"{ip}:{port}": cmd for (ip, port), cmd in self.seen.items() if not _loopback(ip)
+            f"{ip}:{port}": cmd for (ip, port), cmd in self.seen.items() if not is_loopback(ip)
         }
         assert not outside, f"listeners outside 127.0.0.1: {outside}"
-
-
-def _loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip.split("%")[0])
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped or address).is_loopback
 
 
 def run_watched(args: list[str], servers: list[Server], cwd: pathlib.Path):
@@ -321,11 +315,16 @@ def test_dask_runner_on_a_scheduler_and_two_workers(table, reference, tmp_path, 
         )
         for i in range(2)
     ]
-    with Client(f"127.0.0.1:{port}", timeout=60) as client:
-        client.wait_for_workers(2, timeout=90)
-        assert len(client.scheduler_info()["workers"]) == 2
     out = tmp_path / "out"
     dask = ["--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}"]
-    _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
+    with Client(f"127.0.0.1:{port}", timeout=60) as client:
+        client.wait_for_workers(2, timeout=90)
+        addresses = set(client.scheduler_info()["workers"])
+        client.get_task_stream()  # starts the scheduler's record of which worker ran what
+        started = time.time()
+        _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
+        tasks = client.get_task_stream(start=started)
     assert_same_dataset(out, reference)
     watch.assert_loopback_only()
+    used = collections.Counter(task["worker"] for task in tasks)
+    assert set(used) == addresses and len(addresses) == 2, f"tasks per worker: {used}"
