@@ -1,4 +1,4 @@
-"""Beam's DaskRunner with the three gaps fixed that a real pipeline falls into (Beam 2.77).
+"""Beam's DaskRunner with the gaps fixed that a real pipeline falls into (Beam 2.77).
 
 Beam's own translation (apache_beam/runners/dask/transform_evaluator.py) runs simple
 single-output pipelines but, for a pipeline like recordforge's:
@@ -6,13 +6,14 @@ single-output pipelines but, for a pipeline like recordforge's:
   and all tagged outputs together (`_ReadCsvFn` then got image paths);
 - drops what `finish_bundle` emits (the feature and label tallies);
 - materialises a side input inside each task that reads it, recomputing the side input's whole
-  upstream graph there, once per task.
-This runner keeps Beam's graph walk, Create, GroupByKey and Flatten, and replaces the ParDo
-translation: a bundle's outputs are (tag, value) pairs each consumer selects its tag from, bundle
-outputs are collected after `finish_bundle`, and side inputs are ordinary graph dependencies
-computed once. Reshuffle repartitions the bag (Beam's is a no-op) into --dask_npartitions
-partitions, by default one per worker thread of the cluster, so the work after it spreads over the
-workers (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
+  upstream graph there, once per task;
+- computes only the pipeline's last branch.
+This runner keeps Beam's Create, GroupByKey and Flatten and replaces the rest: a bundle's outputs
+are (tag, value) pairs each consumer selects its tag from, collected after `finish_bundle`; side
+inputs are ordinary graph dependencies, computed once; every branch that nothing else reads is
+computed. Reshuffle repartitions the bag (Beam's is a no-op) into --dask_npartitions partitions,
+by default one per worker thread of the cluster, so the work after it spreads over the workers
+(more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import apache_beam as beam
 import dask
 import dask.bag as db
 from apache_beam import DoFn, pvalue
@@ -128,10 +130,18 @@ class _TaggedBag:
 class _DaskBagVisitor(PipelineVisitor):
     def __init__(self, npartitions: int, bag_kwargs: dict) -> None:
         self.bags: dict[AppliedPTransform, db.Bag | _TaggedBag] = collections.OrderedDict()
+        self._consumed: set[AppliedPTransform] = set()
         self._npartitions = npartitions
         self._bag_kwargs = bag_kwargs
 
+    def sinks(self) -> list[db.Bag]:
+        """The bags nothing reads: computing them all computes every branch of the pipeline
+        (Beam's DaskRunner computes only the last one)."""
+        sinks = [b for node, b in self.bags.items() if node not in self._consumed and b is not None]
+        return [b.pairs if isinstance(b, _TaggedBag) else b for b in sinks]
+
     def _bag_of(self, value) -> db.Bag | None:
+        self._consumed.add(value.producer)
         produced = self.bags.get(value.producer)
         if isinstance(produced, _TaggedBag):
             return produced.output(value.tag)
@@ -144,15 +154,15 @@ class _DaskBagVisitor(PipelineVisitor):
         if isinstance(transform, overrides._Reshuffle):
             bag = bags[0]
             self.bags[node] = bag.repartition(npartitions=max(bag.npartitions, self._npartitions))
-        elif type(transform) in beam_ops.TRANSLATIONS and type(transform) is not _BEAM_PARDO:
+        elif type(transform) is beam.ParDo:
+            self.bags[node] = self._pardo(node, bags[0])
+        elif type(transform) in beam_ops.TRANSLATIONS:  # Create, GroupByKey, Flatten
             op = beam_ops.TRANSLATIONS[type(transform)](node, bag_kwargs=self._bag_kwargs)
             if isinstance(op, beam_ops.Flatten):
                 self.bags[node] = op.apply(bags)
             else:
                 self.bags[node] = op.apply(bags[0] if bags else None)
-        elif type(transform) is _BEAM_PARDO:
-            self.bags[node] = self._pardo(node, bags[0])
-        else:  # composites' leaves carry the work; anything else passes its input on
+        else:  # as in Beam's: other primitives pass their input on (GroupAlsoByWindow)
             self.bags[node] = bags[0] if len(bags) == 1 else None
 
     def _pardo(self, node: AppliedPTransform, bag: db.Bag) -> _TaggedBag:
@@ -175,9 +185,6 @@ class _DaskBagVisitor(PipelineVisitor):
         return _TaggedBag(pairs)
 
 
-_BEAM_PARDO = next(cls for cls, op in beam_ops.TRANSLATIONS.items() if op is beam_ops.ParDo)
-
-
 class DaskRunner(dask_runner.DaskRunner):
     """Runs a batch pipeline on a dask.distributed cluster (--dask_client_address)."""
 
@@ -193,10 +200,7 @@ class DaskRunner(dask_runner.DaskRunner):
         npartitions = bag_kwargs.get("npartitions") or sum(client.nthreads().values()) or 1
         visitor = _DaskBagVisitor(npartitions, bag_kwargs)
         pipeline.visit(visitor)
-        # The last leaf depends on every branch that matters (recordforge ends in one commit
-        # step); computing it computes them.
-        last = next(b for b in reversed(visitor.bags.values()) if b is not None)
-        if isinstance(last, _TaggedBag):
-            last = last.pairs
-        futures = client.compute(dask.optimize(last))
+        # Their results come back to this process: a pipeline's ends should be small (here, the
+        # manifest).
+        futures = client.compute(dask.optimize(*visitor.sinks()))
         return dask_runner.DaskRunnerResult(client, futures)
