@@ -21,7 +21,7 @@ from pipelines import preflight
 from pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from pipelines.dataset import DatasetFolder, open_dataset
 from pipelines.inspect import add_inspect_options, inspect_command
-from pipelines.runner import beam_options
+from pipelines.runner import add_runner_options, beam_options, runner_args
 from transforms.commit import remove_tree
 from transforms.core.errors import ErrorRateExceeded, UsageError
 from transforms.core.sharding import human_size
@@ -75,8 +75,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="recordforge",
         allow_abbrev=False,
         description="Convert image folders and CSV files into sharded TFRecord datasets. "
-        "Options recordforge does not know are passed to Apache Beam (e.g. --runner, "
-        "--direct_num_workers=2 --direct_running_mode=multi_processing).",
+        "Options recordforge does not know are passed to Apache Beam (e.g. "
+        "--direct_num_workers=2 --direct_running_mode=multi_processing, --job_endpoint, "
+        "--dask_client_address); see `recordforge convert --help` for --runner.",
     )
     parser.add_argument("--version", action="version", version=cli_options.tool_version())
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -86,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     cli_options.add_input_options(convert)
     cli_options.add_output_options(convert)
+    add_runner_options(convert)
     convert.set_defaults(handler=convert_command)
 
     plan = commands.add_parser(
@@ -93,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     cli_options.add_input_options(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_runner_options(plan)
     plan.set_defaults(handler=plan_command)
 
     inspect = commands.add_parser(
@@ -192,7 +195,7 @@ def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output)
-    options = beam_options(beam_args)
+    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
     old_files = preflight.check_output(output, config.sources, overwrite=args.overwrite)
     preflight.check_writable(output)
     if old_files:
@@ -266,7 +269,7 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     config = cli_options.build_config(args, output=None)
-    options = beam_options(beam_args)
+    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import importlib.util
 from collections.abc import Iterator, Sequence
 
 import grpc
 from apache_beam.options.pipeline_options import (
     PipelineOptions,
+    PortableOptions,
     SetupOptions,
     StandardOptions,
 )
@@ -19,19 +22,135 @@ from transforms.core.errors import UsageError
 _WILDCARD_HOSTS = ("[::]", "0.0.0.0", "", "localhost", "[::1]")
 
 
+# Short runner names recordforge adds to Beam's own (Beam knows "portable", "flink", ... but not
+# Dask, whose runner lives outside its list of known runners).
+RUNNER_SHORTHANDS = {
+    "dask": "pipelines.dask_runner.DaskRunner",
+    "portable": "apache_beam.runners.portability.portable_runner.PortableRunner",
+}
+_DASK_RUNNER = RUNNER_SHORTHANDS["dask"]
+# Beam's own DaskRunner mixes up multi-output DoFns (see pipelines/dask_runner.py): asked for it by
+# name, recordforge runs its fixed subclass instead.
+_BEAM_DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+
+
+def add_runner_options(parser: argparse.ArgumentParser) -> None:
+    """--runner and --worker_pool: the runners recordforge is tested on, by short names."""
+    group = parser.add_argument_group(
+        "runner",
+        "Where the pipeline runs. Default: Beam's FnApiRunner in this process (add "
+        "--direct_num_workers=2 --direct_running_mode=multi_processing for worker processes).",
+    )
+    group.add_argument(
+        "--runner",
+        metavar="NAME",
+        help="'dask' (a dask.distributed cluster; needs --dask_client_address HOST:PORT), "
+        "'portable' (a Beam job service; needs --job_endpoint HOST:PORT), or any Beam runner "
+        "name or class path (DataflowRunner, FlinkRunner, SparkRunner, ...)",
+    )
+    group.add_argument(
+        "--worker_pool",
+        metavar="HOST:PORT",
+        help="portable runners: run the Python code in this running Beam SDK worker pool "
+        "(short for --environment_type=EXTERNAL --environment_config=HOST:PORT)",
+    )
+
+
+def runner_args(runner: str | None, worker_pool: str | None) -> list[str]:
+    """The Beam arguments that `--runner NAME` and `--worker_pool HOST:PORT` stand for.
+
+    Raises:
+        UsageError: a runner name Beam does not know, or a worker pool without a portable runner.
+    """
+    args = []
+    if runner is not None:
+        args.append(f"--runner={_runner_path(runner)}")
+    if worker_pool is not None:
+        if runner is None or _runner_path(runner) == _DASK_RUNNER:
+            raise UsageError(
+                "--worker_pool is for portable runners (--runner portable, FlinkRunner, "
+                "SparkRunner)"
+            )
+        _check_address("--worker_pool", worker_pool)
+        args += ["--environment_type=EXTERNAL", f"--environment_config={worker_pool}"]
+    return args
+
+
+def _runner_path(name: str) -> str:
+    """A runner's class path (dotted names as given); Beam's short names are checked, not kept."""
+    short = name.lower().removesuffix("runner")  # "dask", "Dask", "DaskRunner"
+    if short in RUNNER_SHORTHANDS:
+        return RUNNER_SHORTHANDS[short]
+    if name == _BEAM_DASK_RUNNER:
+        return _DASK_RUNNER
+    if "." in name:
+        return name
+    known = {n.lower() for n in StandardOptions.KNOWN_RUNNER_NAMES}
+    if name.lower() not in known and name.lower() + "runner" not in known:
+        names = ", ".join([*RUNNER_SHORTHANDS, *StandardOptions.KNOWN_RUNNER_NAMES])
+        raise UsageError(f"unknown runner {name!r}; known: {names}, or a runner's class path")
+    return name
+
+
+def _check_address(option: str, address: str) -> None:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{option} wants HOST:PORT, got {address!r}")
+
+
 def beam_options(args: Sequence[str]) -> PipelineOptions:
     """PipelineOptions from the arguments recordforge itself did not recognise.
 
     Raises:
-        UsageError: an argument that no Beam option knows either (most likely a typo).
+        UsageError: an argument that no Beam option knows either (most likely a typo), or a
+            runner that lacks what it needs (an address, an installed package).
     """
+    runner = _runner_from_args(args)
+    if runner is not None and "." in runner:
+        _import_runner_module(runner)  # registers its options (--dask_client_address, ...)
     unknown = _unknown_beam_args(args)
     if unknown:
         raise UsageError(f"unrecognised option {unknown[0]!r} (see recordforge --help)")
     options = PipelineOptions(list(args))
     # Workers import recordforge as an installed package; never pickle the launcher's session.
     options.view_as(SetupOptions).save_main_session = False
+    _check_runner_needs(options)
     return options
+
+
+def _runner_from_args(args: Sequence[str]) -> str | None:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--runner")
+    known, _ = parser.parse_known_args(list(args))
+    return known.runner
+
+
+def _import_runner_module(runner: str) -> None:
+    if runner == _DASK_RUNNER and importlib.util.find_spec("distributed") is None:
+        raise UsageError("the Dask runner needs dask.distributed: pip install 'recordforge[dask]'")
+    module = runner.rpartition(".")[0]
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise UsageError(f"cannot load the runner {runner!r}: {error}") from None
+
+
+def _check_runner_needs(options: PipelineOptions) -> None:
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return
+    if runner == _DASK_RUNNER and not options.get_all_options().get("address"):
+        # Without an address DaskRunner would start a LocalCluster whose dashboard listens on
+        # every network interface; recordforge's own local runs use FnApiRunner instead.
+        raise UsageError(
+            "--runner dask needs --dask_client_address HOST:PORT, a running dask scheduler "
+            "(e.g. `dask scheduler --host 127.0.0.1`)"
+        )
+    if runner.rpartition(".")[2].lower() in ("portable", "portablerunner"):
+        if not options.view_as(PortableOptions).job_endpoint:
+            raise UsageError(
+                "--runner portable needs --job_endpoint HOST:PORT, a running Beam job service"
+            )
 
 
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:

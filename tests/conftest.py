@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pathlib
@@ -170,3 +171,10 @@ def read_errors(out: pathlib.Path) -> list[dict]:
 
 def shard_files(out: pathlib.Path) -> list[pathlib.Path]:
     return sorted(p for p in out.iterdir() if ".tfrecord-" in p.name and p.suffix != ".idx")
+
+
+def is_loopback(ip: str) -> bool:
+    """Whether a listening address accepts connections from this machine only."""
+    address = ipaddress.ip_address(ip.split("%")[0])
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, a dual-stack socket
+    return (mapped or address).is_loopback

@@ -1,0 +1,330 @@
+"""The same conversion on every runner recordforge supports, compared byte for byte.
+
+One small dataset (a CSV naming images, with a text label, a number column and bad rows) is
+converted in process first; then with FnApiRunner's worker processes, on Beam's portable path (a
+job service and an SDK worker pool started here as separate processes) and on a dask.distributed
+cluster (a scheduler and two workers started here). Every output must equal the in-process one:
+the same files, shards and error files byte for byte, and the same manifest apart from its
+`created` time (the runner is not recorded in it, by design: the dataset does not depend on it).
+Each server is started by the test that uses it, listens on 127.0.0.1 only (checked while the job
+runs, for every process of every server and of the launcher) and is stopped, process group and
+all, even when the test fails.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+from conftest import RECORDFORGE, is_loopback, make_image, read_dataset
+
+PYTHON = sys.executable
+DASK = str(pathlib.Path(PYTHON).with_name("dask"))
+SPLITS = ("--splits", "train=0.7,validation=0.15,test=0.15")
+# ~60 small images (~140 KB): thresholds that give several shards per split.
+SMALL_SHARDS = ("--min-shard-mb", "0.02", "--max-shard-mb", "0.04")
+NUM_ROWS = 64  # 60 good images; a missing one, a corrupt one, a text file, a wrong field count
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory) -> pathlib.Path:
+    """data/rows.csv naming images in data/imgs, with a label, a weight and four bad rows."""
+    root = tmp_path_factory.mktemp("runners") / "data"
+    lines = ["path,label,weight"]
+    for i in range(60):
+        size = (30 + (i * 37) % 170, 30 + (i * 53) % 130)
+        make_image(root / "imgs" / f"{i:03d}.jpg", "JPEG", size=size, seed=i)
+        lines.append(f"imgs/{i:03d}.jpg,{('cat', 'dog', 'eel')[i % 3]},{i * 0.25}")
+    (root / "imgs" / "corrupt.jpg").write_bytes(b"\xff\xd8 not really a jpeg" * 20)
+    (root / "imgs" / "notes.txt").write_text("not a picture\n")
+    lines += [
+        "imgs/missing.jpg,cat,1.0",
+        "imgs/corrupt.jpg,dog,2.0",
+        "imgs/notes.txt,eel,3.0",
+        "imgs/001.jpg,cat,1.0,extra",
+    ]
+    (root / "rows.csv").write_text("\n".join(lines) + "\n")
+    return root / "rows.csv"
+
+
+def _convert_args(table: pathlib.Path, out: pathlib.Path) -> list[str]:
+    return [
+        "convert",
+        str(table),
+        "-o",
+        str(out),
+        "--name",
+        "ds",
+        "--image-column",
+        "path",
+        "--label-column",
+        "label",
+        *SPLITS,
+        *SMALL_SHARDS,
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(table, tmp_path_factory) -> pathlib.Path:
+    """The in-process conversion every runner's output is compared with."""
+    out = tmp_path_factory.mktemp("reference") / "out"
+    result = subprocess.run(
+        [RECORDFORGE, *_convert_args(table, out)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def _files(out: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def assert_same_dataset(out: pathlib.Path, reference: pathlib.Path) -> None:
+    """Same files and bytes; the manifest may differ in its `created` time only."""
+    got, want = _files(out), _files(reference)
+    assert sorted(got) == sorted(want)
+    manifest, expected = (json.loads(f.pop("dataset_info.json")) for f in (got, want))
+    assert manifest.pop("created") and expected.pop("created")
+    assert manifest == expected
+    shards = [name for name in want if ".tfrecord-" in name]
+    assert len(shards) > 3 and any(name.startswith("errors/") for name in want)
+    for name in want:
+        assert got[name] == want[name], f"{name} differs from the in-process run"
+    # Read back with TensorFlow: every good row once, every bad row in the quarantine.
+    info, splits = read_dataset(out)
+    names = [r["image/filename"] for records in splits.values() for r in records]
+    assert len(names) == len(set(names)) == info["num_records"] == 60
+    assert info["num_inputs"] == NUM_ROWS == info["num_records"] + info["errors"]["count"]
+
+
+# -- servers ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def server_env() -> dict[str, str]:
+    """What server processes run with: this venv's executables first on PATH (Beam's worker pool
+    starts SDK workers as plain `python`), and no PYTHONPATH, so recordforge comes from the
+    installed package, not from the source tree."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PATH"] = os.pathsep.join([str(pathlib.Path(PYTHON).parent), env.get("PATH", "")])
+    env["PYTHONWARNINGS"] = "ignore"
+    return env
+
+
+class Server:
+    """A server process in its own process group, with its output in a log file."""
+
+    def __init__(self, name: str, command: list[str], workdir: pathlib.Path) -> None:
+        self.name = name
+        self.log = workdir / f"{name}.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=server_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def wait_for_port(self, port: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"{self.name} exited ({self.process.returncode}):\n{self.tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                return
+            time.sleep(0.2)
+        pytest.fail(
+            f"{self.name} did not listen on 127.0.0.1:{port} in {timeout:g} s\n{self.tail()}"
+        )
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """SIGTERM to the whole group, then SIGKILL to what is left; never leaves a process."""
+        group = self.process.pid
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)  # workers the server started, if still there
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def servers(tmp_path):
+    """Starts servers for one test (`servers(name, command)`) and stops them all afterwards."""
+    started: list[Server] = []
+    workdir = tmp_path / "servers"
+    workdir.mkdir()
+
+    def start(name: str, command: list[str]) -> Server:
+        server = Server(name, command, workdir)
+        started.append(server)
+        return server
+
+    yield start
+    for server in reversed(started):
+        server.stop()
+
+
+class ListenerWatch:
+    """Samples, while a job runs, the TCP listeners of process trees (servers and launcher)."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots = list(roots)
+        self.seen: dict[tuple[str, int], str] = {}  # (ip, port) -> process command line
+        self.descendants: dict[int, set[int]] = {root: set() for root in roots}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(0.05)
+
+    def sample(self) -> None:
+        for root in self.roots:
+            with contextlib.suppress(psutil.Error):
+                top = psutil.Process(root)
+                children = top.children(recursive=True)
+                self.descendants[root].update(child.pid for child in children)
+                for process in [top, *children]:
+                    with contextlib.suppress(psutil.Error):
+                        for conn in process.net_connections(kind="inet"):
+                            if conn.status == psutil.CONN_LISTEN:
+                                key = (conn.laddr.ip, conn.laddr.port)
+                                self.seen[key] = " ".join(process.cmdline())[:120]
+
+    def assert_loopback_only(self) -> None:
+        assert self.seen, "no listener seen: the watch did not work"
+        outside = {
+            f"{ip}:{port}": cmd for (ip, port), cmd in self.seen.items() if not is_loopback(ip)
+        }
+        assert not outside, f"listeners outside 127.0.0.1: {outside}"
+
+
+def run_watched(args: list[str], servers: list[Server], cwd: pathlib.Path):
+    """Run the recordforge command, watching the listeners of it and of the servers."""
+    launcher = subprocess.Popen(
+        [RECORDFORGE, *args],
+        cwd=cwd,
+        env=server_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with ListenerWatch([launcher.pid, *(s.process.pid for s in servers)]) as watch:
+        try:
+            stdout, stderr = launcher.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            stdout, stderr = launcher.communicate()
+            logs = "\n".join(f"--- {s.name}\n{s.tail()}" for s in servers)
+            pytest.fail(f"the conversion did not finish in 300 s\n{stderr}\n{logs}")
+    assert launcher.returncode == 0, stderr + "\n".join(s.tail() for s in servers)
+    return stdout, watch
+
+
+# -- the runners -----------------------------------------------------------------------------
+
+
+def test_multi_process_fn_api_runner_writes_the_in_process_bytes(table, reference, tmp_path):
+    out = tmp_path / "out"
+    multi = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    _, watch = run_watched([*_convert_args(table, out), *multi], [], tmp_path)
+    assert_same_dataset(out, reference)
+    watch.assert_loopback_only()
+
+
+def test_portable_runner_with_job_service_and_worker_pool(table, reference, tmp_path, servers):
+    job_port, pool_port = free_port(), free_port()
+    job_service = servers(
+        "job-service",
+        [PYTHON, "-m", "pipelines.loopback"]
+        + ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+    )
+    worker_pool = servers(
+        "worker-pool",
+        [PYTHON, "-m", "pipelines.loopback"]
+        + ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
+    )
+    job_service.wait_for_port(job_port)
+    worker_pool.wait_for_port(pool_port)
+    pool_before = {p.pid for p in psutil.Process(worker_pool.process.pid).children(recursive=True)}
+    out = tmp_path / "out"
+    portable = ["--runner", "portable", "--job_endpoint", f"127.0.0.1:{job_port}"]
+    portable += ["--worker_pool", f"127.0.0.1:{pool_port}"]
+    _, watch = run_watched(
+        [*_convert_args(table, out), *portable], [job_service, worker_pool], tmp_path
+    )
+    assert_same_dataset(out, reference)
+    watch.assert_loopback_only()
+    # The code ran in SDK worker processes the pool started for the job (not in the job service
+    # or the launcher), and they imported recordforge from the installed package: no source
+    # tree on their path (their cwd is a temporary folder, PYTHONPATH is unset).
+    started = watch.descendants[worker_pool.process.pid] - pool_before
+    assert started, f"the worker pool started no SDK worker\n{worker_pool.tail()}"
+
+
+def test_dask_runner_on_a_scheduler_and_two_workers(table, reference, tmp_path, servers):
+    if not pathlib.Path(DASK).exists():
+        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
+    from distributed import Client
+
+    port = free_port()
+    local = ("--dashboard-address", "127.0.0.1:0")  # the dashboard binds every interface else
+    scheduler = servers(
+        "dask-scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local]
+    )
+    scheduler.wait_for_port(port)
+    workers = [
+        servers(
+            f"dask-worker-{i}",
+            [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
+            + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
+        )
+        for i in range(2)
+    ]
+    out = tmp_path / "out"
+    dask = ["--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}"]
+    with Client(f"127.0.0.1:{port}", timeout=60) as client:
+        client.wait_for_workers(2, timeout=90)
+        addresses = set(client.scheduler_info()["workers"])
+        client.get_task_stream()  # starts the scheduler's record of which worker ran what
+        started = time.time()
+        _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
+        tasks = client.get_task_stream(start=started)
+    assert_same_dataset(out, reference)
+    watch.assert_loopback_only()
+    used = collections.Counter(task["worker"] for task in tasks)
+    assert set(used) == addresses and len(addresses) == 2, f"tasks per worker: {used}"
