@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from pipelines import options as cli_options
 from pipelines import preflight
@@ -191,11 +191,16 @@ def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int
     return EXIT_OK
 
 
+def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> PipelineOptions:
+    """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest."""
+    return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+
+
 def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output)
-    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+    options = pipeline_options(args, beam_args)
     old_files = preflight.check_output(output, config.sources, overwrite=args.overwrite)
     preflight.check_writable(output)
     if old_files:
@@ -269,7 +274,7 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     config = cli_options.build_config(args, output=None)
-    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+    options = pipeline_options(args, beam_args)
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location

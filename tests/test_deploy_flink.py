@@ -14,7 +14,6 @@ from apache_beam.options.pipeline_options import (
 from deploy_files import DEPLOY
 
 from pipelines import cli
-from pipelines.runner import beam_options
 
 FLINK = DEPLOY / "flink"
 # The Python SDK container's boot program serves the worker pool on this port
@@ -101,9 +100,9 @@ def test_submission_arguments_parse_and_point_at_the_services():
     args, beam_args = cli._parser().parse_known_args(submit["args"])
     assert args.command == "convert" and args.sources and args.output.startswith("gs://")
     assert args.num_hosts >= 1
-    options = beam_options(beam_args)  # refuses any argument Beam does not know
+    options = cli.pipeline_options(args, beam_args)  # refuses any argument Beam does not know
     portable = options.view_as(PortableOptions)
-    assert options.view_as(StandardOptions).runner == "PortableRunner"
+    assert options.view_as(StandardOptions).runner.rsplit(".", 1)[-1] == "PortableRunner"
     assert portable.environment_type == "EXTERNAL"
     # The TaskManager reaches the worker pool in its own pod.
     assert portable.environment_config == f"localhost:{WORKER_POOL_PORT}"
