@@ -28,6 +28,9 @@ from transforms.core.records import (
     ErrorRecord,
     RecordRef,
     ShardResult,
+    concat_batches,
+    refs_of,
+    sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
 from transforms.core.tfrecord import FRAMING_BYTES, frame_record
@@ -45,7 +48,7 @@ def temp_folder(output: str, run_id: str) -> str:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), list[packed RecordRef]) pieces → shard files, one per (split, shard).
+    """((split, shard), RecordRef batch) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
         main: PCollection[ShardResult], one per shard file renamed into place (with its index
@@ -72,7 +75,7 @@ class WriteShards(beam.PTransform):
     def expand(self, assigned):
         return (
             assigned
-            # (split, shard) → Iterable[list[RecordRef]]: references only (image bytes are read
+            # (split, shard) → Iterable[RecordBatch]: references only (image bytes are read
             # below), in pieces as the batches were cut.
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard"
@@ -114,10 +117,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted(
-            (RecordRef._make(packed) for piece in pieces for packed in piece),
-            key=lambda ref: ref.order,
-        )
+        ordered = refs_of(sorted_by_order(concat_batches(pieces)))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
