@@ -3,7 +3,7 @@
 Protobuf's wire format is simple enough to write column by column. An Example is
 
     Example   = 0x0A len(Features) Features               (nothing at all when it has no feature)
-    Features  = one map entry per feature, in key order    (deterministic serialization)
+    Features  = one map entry per feature, in upb's key order (see _map_order)
     entry     = 0x0A len(body) body
     body      = 0x0A len(key) key 0x12 len(Feature) Feature
     Feature   = tag len(List) List        tag: 0x0A bytes_list, 0x12 float_list, 0x1A int64_list
@@ -19,6 +19,7 @@ instructions instead of a Python call. The bytes are exactly `codec.serialize` o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -109,9 +110,21 @@ def encode_examples(
     examples = None
     if with_bytes:
         parts = [_binary(header, header_lengths, header_lengths.shape[0])]
-        parts += [encoded.array for _, encoded in sorted(entries, key=lambda item: item[0])]
+        ordered = sorted(entries, key=lambda item: _map_order(item[0]))
+        parts += [encoded.array for _, encoded in ordered]
         examples = pc.binary_join_element_wise(*parts, _NO_SEPARATOR, null_handling="skip")
     return EncodedExamples(sizes=sizes, counts=counts, examples=examples)
+
+
+@functools.cmp_to_key
+def _map_order(a: str, b: str) -> int:
+    """The order of protobuf's (upb's) deterministic map serialization for string keys: bytewise
+    over the common length, then the LONGER key first ("ab" before "a")."""
+    x, y = a.encode("utf-8"), b.encode("utf-8")
+    common = min(len(x), len(y))
+    if x[:common] != y[:common]:
+        return -1 if x[:common] < y[:common] else 1
+    return len(y) - len(x)
 
 
 @dataclass(frozen=True)
@@ -234,6 +247,8 @@ def _list_body(dtype: str, values: pa.Array, present: np.ndarray, with_bytes: bo
 
 def _varint_length(values: np.ndarray) -> np.ndarray:
     values = np.asarray(values, dtype=np.uint64)
+    if not len(values) or values.max() < 0x80:  # the common case: one byte each
+        return np.ones(len(values), dtype=np.uint64)
     return (1 + np.searchsorted(_VARINT_STEPS, values, side="right")).astype(np.uint64)
 
 
@@ -242,6 +257,8 @@ def _varint(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = np.asarray(values, dtype=np.uint64)
     lengths = _varint_length(values)
     width = int(lengths.max()) if len(values) else 1
+    if width == 1:
+        return values.astype(np.uint8).reshape(-1, 1), lengths
     shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
     digits = ((values[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
     more = np.arange(width, dtype=np.uint64)[None, :] < (lengths - np.uint64(1))[:, None]
@@ -268,19 +285,32 @@ def _constant(rows: int, data: bytes) -> tuple[np.ndarray, np.ndarray]:
 
 def _pieces(rows: int, pieces) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate pieces row-wise: (all bytes, row after row), bytes per row)."""
-    if not pieces:
-        return np.zeros(0, dtype=np.uint8), np.zeros(rows, dtype=np.uint64)
-    matrix = np.concatenate([np.asarray(m, dtype=np.uint8) for m, _ in pieces], 1)
+    total = np.zeros(rows, dtype=np.uint64)
+    matrices, masks = [], []
+    ragged = False
+    for matrix, lengths in pieces:
+        width = matrix.shape[1]
+        total += lengths.astype(np.uint64)
+        if not width:
+            continue
+        matrices.append(matrix)
+        if rows and lengths.min() == width:  # every row uses the whole width
+            masks.append(None)
+        else:
+            ragged = True
+            masks.append(np.arange(width)[None, :] < lengths[:, None].astype(np.int64))
+    if not matrices:
+        return np.zeros(0, dtype=np.uint8), total
+    matrix = np.concatenate(matrices, axis=1, dtype=np.uint8)
+    if not ragged:
+        return matrix.ravel(), total
     used = np.concatenate(
         [
-            np.arange(m.shape[1])[None, :] < lengths[:, None].astype(np.int64)
-            for m, lengths in pieces
+            np.ones((rows, m.shape[1]), dtype=bool) if mask is None else mask
+            for m, mask in zip(matrices, masks, strict=True)
         ],
         axis=1,
     )
-    total = np.zeros(rows, dtype=np.uint64)
-    for _, lengths in pieces:
-        total += lengths.astype(np.uint64)
     return matrix[used], total
 
 

@@ -25,7 +25,10 @@ _VALUES = {
 @st.composite
 def feature_tables(draw):
     """(column layouts, rows): each row a list with, per column, None (missing) or its values."""
-    keys = draw(st.lists(st.text(min_size=1, max_size=150), unique=True, max_size=6))
+    # Few letters, so that keys are often prefixes of each other (protobuf orders those in its
+    # own way); sometimes longer than 127 bytes (two-byte lengths).
+    short_keys = st.text(alphabet="ab/\u00e9", min_size=1, max_size=4)
+    keys = draw(st.lists(short_keys | st.text(min_size=1, max_size=150), unique=True, max_size=6))
     layouts = []
     for key in keys:
         dtype = draw(st.sampled_from(sorted(_VALUES)))
@@ -134,3 +137,11 @@ def test_rows_without_features_are_empty_examples():
 def test_length_mismatch_is_refused():
     with pytest.raises(ValueError, match="3 values, 2 rows"):
         encode_examples([FeatureColumn("a", "int64", pa.array(np.arange(3)))], 2)
+
+
+def test_keys_that_are_prefixes_of_others_in_protobufs_order():
+    values = pa.array([1], pa.int64())
+    keys = ["a", "ab", "b", "label", "label/text", "\u00e9", "e"]
+    columns = [FeatureColumn(key, "int64", values) for key in keys]
+    expected = codec.serialize(codec.build_example({key: ("int64", [1]) for key in keys}))
+    assert encode_examples(columns, 1).examples[0].as_py() == expected

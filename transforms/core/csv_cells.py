@@ -113,27 +113,6 @@ def convert_values(arr: pa.Array, dtype: str) -> tuple[pa.Array, list[int]]:
     return typed, sorted(bad + failed)
 
 
-def convert_scalar_cells(arr: pa.Array, dtype: str, column: str) -> tuple[list, dict[int, str]]:
-    """Convert a column of scalar cells.
-
-    Args:
-        arr: binary array of cell texts, null where the cell is missing.
-        dtype: the column's dtype.
-        column: the column name, for messages.
-
-    Returns:
-        A list with a 1-tuple per cell (its content is meaningless where the cell is missing or
-        bad), and a BadCell message per bad cell position.
-    """
-    typed, bad = convert_values(arr, dtype)
-    cells = list(zip(typed.to_pylist()))
-    messages = {
-        i: f"column {column!r}: {short_repr(arr[i].as_py())} is not {dtype_phrase(dtype)}"
-        for i in bad
-    }
-    return cells, messages
-
-
 def convert_list_column(
     arr: pa.Array, dtype: str, separator: str, column: str
 ) -> tuple[pa.Array, dict[int, str]]:
@@ -182,18 +161,6 @@ def convert_list_column(
         missing = pc.and_not(missing, empty_cells)
     typed_lists = pa.ListArray.from_arrays(lists.offsets, typed, mask=missing)
     return typed_lists, messages
-
-
-def convert_list_cells(
-    arr: pa.Array, dtype: str, separator: str, column: str
-) -> tuple[list, dict[int, str]]:
-    """Like `convert_list_column`, with a tuple of typed elements per cell (meaningless where
-    the cell is missing or bad)."""
-    lists, messages = convert_list_column(arr, dtype, separator, column)
-    values = lists.values.to_pylist()
-    offsets = lists.offsets.to_pylist()
-    cells = [tuple(values[offsets[i] : offsets[i + 1]]) for i in range(len(lists))]
-    return cells, messages
 
 
 def parse_text(text: str, dtype: str) -> int | float | bytes:

@@ -145,7 +145,7 @@ class TableRecords:
         refs = pa.record_batch(
             [
                 split_names,
-                pa.array(orders, pa.binary()),
+                orders,
                 pa.array(encoded.sizes + FRAMING_BYTES, pa.int64()),
                 examples,
                 pa.nulls(count, pa.string()),
@@ -224,24 +224,32 @@ class TableRecords:
         return pc.take(texts, encoded.indices)
 
     def _keys(self, rows: np.ndarray, source_index: int, relative: str, splits, good):
-        """Order keys and split names of the good rows."""
+        """Order keys (binary array) and split names (string array) of the good rows."""
         prefix = f"{source_index}:{relative}#"
-        hasher = self._order_hash
-        orders = []
-        chosen = []
-        choose = self._chooser.choose if splits is None and self._only_split is None else None
-        for row in rows.tolist():
-            key = f"{prefix}{row}"
-            key_bytes = key.encode("utf-8")
-            state = hasher.copy()
-            state.update(key_bytes)
-            orders.append(state.digest() + key_bytes)
-            if choose is not None:
-                chosen.append(choose(key))
+        # Record keys ("0:table.csv#17"), built column-wise; only the hash runs per row.
+        key_array = pc.binary_join_element_wise(
+            pa.scalar(prefix.encode("utf-8"), pa.binary()),
+            pa.array(rows).cast(pa.string()).cast(pa.binary()),
+            pa.scalar(b"", pa.binary()),
+        )
+        key_bytes = key_array.to_pylist()
+        copy = self._order_hash.copy
+        digests = []
+        for key in key_bytes:
+            state = copy()
+            state.update(key)
+            digests.append(state.digest())
+        hashes = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(HASH_BYTES), len(digests), [None, pa.py_buffer(b"".join(digests))]
+        )
+        orders = pc.binary_join_element_wise(
+            hashes.cast(pa.binary()), key_array, pa.scalar(b"", pa.binary())
+        )
         if splits is not None:
             names = splits.filter(pa.array(good)) if not good.all() else splits
-        elif choose is not None:
-            names = pa.array(chosen, pa.string())
+        elif self._only_split is None:
+            choose = self._chooser.choose
+            names = pa.array([choose(key.decode("utf-8")) for key in key_bytes], pa.string())
         else:
             names = pa.array([self._only_split] * len(rows), pa.string())
         return orders, names
@@ -285,8 +293,16 @@ def _shapes(feature_keys: Sequence[str], counts: np.ndarray):
     """((key, count) pairs of present features, records) for each distinct row of counts."""
     if not len(counts):
         return []
-    distinct, times = np.unique(counts, axis=0, return_counts=True)
+    # Rows as single opaque values: a 1-D unique is far faster than np.unique(axis=0).
+    rows = np.ascontiguousarray(counts, dtype=np.int64)
+    opaque = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, times = np.unique(opaque, return_index=True, return_counts=True)
     return [
-        (tuple((k, int(n)) for k, n in zip(feature_keys, row, strict=True) if n >= 0), int(t))
-        for row, t in zip(distinct.tolist(), times.tolist(), strict=True)
+        (
+            tuple(
+                (k, int(n)) for k, n in zip(feature_keys, rows[i].tolist(), strict=True) if n >= 0
+            ),
+            int(t),
+        )
+        for i, t in zip(first.tolist(), times.tolist(), strict=True)
     ]
