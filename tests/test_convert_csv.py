@@ -236,11 +236,21 @@ def test_a_column_may_not_become_a_feature_recordforge_writes(tmp_path, cli):
     assert not (tmp_path / "out").exists() and not (tmp_path / "out2").exists()
 
 
-def test_the_table_fast_path_writes_what_the_general_path_writes(tmp_path, monkeypatch):
-    """Plain tables are read and built in one step; the bytes must not depend on that."""
+def _convert_both_ways(tmp_path, monkeypatch, table, argv):
+    """Convert with the column-wise table path and with the row-by-row path: (fast, general)."""
     from pipelines import cli as cli_module
     from transforms import convert
 
+    fast, general = tmp_path / "fast", tmp_path / "general"
+    assert cli_module.main(["convert", str(table), "-o", str(fast), *argv]) == 0
+    with monkeypatch.context() as patched:
+        patched.setattr(convert, "_is_plain_table", lambda config: False)
+        assert cli_module.main(["convert", str(table), "-o", str(general), *argv]) == 0
+    return fast, general
+
+
+def test_the_table_fast_path_writes_what_the_general_path_writes(tmp_path, monkeypatch):
+    """Plain tables are read and built column-wise; the bytes must not depend on that."""
     table = tmp_path / "t.csv"
     lines = ["id,label,score,tags,note"]
     for row in range(1, 400):
@@ -250,10 +260,7 @@ def test_the_table_fast_path_writes_what_the_general_path_writes(tmp_path, monke
     table.write_text("\n".join(lines) + "\n")
     argv = ["--label-column", "label", "--splits", "train=0.7,test=0.3", "--num-shards", "3"]
     argv += ["--name", "t"]
-    assert cli_module.main(["convert", str(table), "-o", str(tmp_path / "fast"), *argv]) == 0
-    monkeypatch.setattr(convert, "_is_plain_table", lambda config: False)
-    assert cli_module.main(["convert", str(table), "-o", str(tmp_path / "general"), *argv]) == 0
-    fast, general = tmp_path / "fast", tmp_path / "general"
+    fast, general = _convert_both_ways(tmp_path, monkeypatch, table, argv)
     fast_files = sorted(p.relative_to(fast).as_posix() for p in fast.rglob("*") if p.is_file())
     assert fast_files == sorted(
         p.relative_to(general).as_posix() for p in general.rglob("*") if p.is_file()
@@ -267,3 +274,66 @@ def test_the_table_fast_path_writes_what_the_general_path_writes(tmp_path, monke
         manifest.pop("created")
     assert manifests[0] == manifests[1]
     assert manifests[0]["errors"]["count"] == 1 and manifests[0]["num_records"] == 399
+
+
+def test_text_labels_split_column_and_schema_rules_take_the_table_path_unchanged(
+    tmp_path, monkeypatch
+):
+    """Text labels (numbered after a first pass), a split column, defaults, lists and every
+    kind of bad row: the column-wise path writes the row-by-row path's bytes and errors."""
+    rows = [b"id,label,part,score,tags,note,big"]
+    labels = ["cat", "dog", "\u00e9mu", "ant"]
+    for row in range(1, 300):
+        label = labels[row % 4].encode("utf-8")
+        part = [b"train", b"test", b"train", b"valid"][row % 4]
+        score = b"" if row % 5 == 0 else f"{(row - 150) * 1.37e3:.6g}".encode()
+        tags = [b"1|-2|3", b"", b"9223372036854775807", b"-9223372036854775808|0"][row % 4]
+        note = b"NA" if row % 11 == 0 else f"n\u00f6te {row}".encode()
+        big = f"{row * 7.5e37:.4g}".encode()  # some beyond float32: inf
+        rows.append(b",".join([str(row).encode(), label, part, score, tags, note, big]))
+    rows[20] = b"20,ghost,train,not-a-number,1,x,1"  # bad cell: "ghost" must not become a class
+    rows[30] = b"30,,train,1,1,x,1"  # missing label
+    rows[40] = b"40,\xff\xfe,train,1,1,x,1"  # label not UTF-8
+    rows[50] = b"50,cat,no.dots,1,1,x,1"  # invalid split name
+    rows[60] = b"60,cat,,1,1,x,1"  # missing split
+    rows[70] = b"70,cat,train,1,1||2,x,1"  # empty list element
+    rows[80] = b"80,cat,train"  # wrong field count
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"\n".join(rows) + b"\n")
+    schema = tmp_path / "schema.yaml"
+    schema.write_text(
+        "null_values: ['', 'NA']\n"
+        "columns:\n"
+        "  label: bytes\n"
+        "  part: bytes\n"
+        "  score: {dtype: float, missing: {default: -0.5}}\n"
+        "  tags: {dtype: int64, list: true, separator: '|'}\n"
+        "  note: {feature: meta/note, dtype: bytes, missing: {default: n/a}}\n"
+        "  big: float\n"
+    )
+    argv = ["--schema", str(schema), "--label-column", "label", "--split-column", "part"]
+    argv += ["--num-shards", "2", "--name", "t"]
+    fast, general = _convert_both_ways(tmp_path, monkeypatch, table, argv)
+    names = sorted(p.relative_to(fast).as_posix() for p in fast.rglob("*") if p.is_file())
+    assert names == sorted(
+        p.relative_to(general).as_posix() for p in general.rglob("*") if p.is_file()
+    )
+    assert len([name for name in names if ".tfrecord-" in name]) == 6  # 3 splits x 2
+    for name in names:
+        if name != "dataset_info.json":
+            assert (fast / name).read_bytes() == (general / name).read_bytes(), name
+    manifests = [json.loads((out / "dataset_info.json").read_text()) for out in (fast, general)]
+    for manifest in manifests:
+        manifest.pop("created")
+    assert manifests[0] == manifests[1]
+    assert manifests[0]["labels"] == ["ant", "cat", "dog", "\u00e9mu"]
+    errors = {e["source"]["row"]: e["error"] for e in read_errors(fast)}
+    assert errors == {
+        20: "BadCell",
+        30: "MissingLabel",
+        40: "BadCell",
+        50: "BadSplit",
+        60: "MissingSplit",
+        70: "BadCell",
+        80: "WrongFieldCount",
+    }

@@ -13,7 +13,15 @@ from conftest import make_image
 from schemas import codec
 from transforms.build import BuildRecords, CollectLabels
 from transforms.core.keys import order_key
-from transforms.core.records import Candidate, CsvRoles, ImageInfo, RecordRef, Source
+from transforms.core.records import (
+    Candidate,
+    CsvRoles,
+    ImageInfo,
+    RecordRef,
+    Source,
+    ref_batch,
+    refs_of,
+)
 from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.discover import ListInputs
 from transforms.shard import PlanShards
@@ -60,7 +68,7 @@ def _ref(index: int, size: int, split: str = "train") -> RecordRef:
 def test_plan_shards_assigns_every_record_once_and_balanced(batch_size):
     sizes = [1_000 + (i * 37) % 5_000 for i in range(500)]
     refs = [_ref(i, size) for i, size in enumerate(sizes)] + [_ref(1000, 2_000, "test")]
-    batches = [refs[i : i + batch_size] for i in range(0, len(refs), batch_size)]
+    batches = [ref_batch(refs[i : i + batch_size]) for i in range(0, len(refs), batch_size)]
     config = ShardingConfig(num_hosts=2, min_shard_bytes=50_000, max_shard_bytes=100_000)
     train_in_order = sorted((r for r in refs if r.split == "train"), key=lambda r: r.order)
     # The exact assignment over the whole split, whatever the batching: cumulative bytes.
@@ -75,8 +83,7 @@ def test_plan_shards_assigns_every_record_once_and_balanced(batch_size):
     def check(pieces):
         per_shard: dict = {}
         for (split, shard), piece in pieces:
-            for packed in piece:
-                per_shard.setdefault((split, shard), []).append(RecordRef._make(packed))
+            per_shard.setdefault((split, shard), []).extend(refs_of(piece))
         train = {k[1]: v for k, v in per_shard.items() if k[0] == "train"}
         assert sorted(train) == list(range(20))
         assert {r.path: shard for shard, rs in train.items() for r in rs} == expected
@@ -126,7 +133,7 @@ def test_build_records_labels_splits_and_exact_sizes(tmp_path):
     ]
 
     def check(batches):
-        refs = [RecordRef._make(packed) for batch in batches for packed in batch]
+        refs = [ref for batch in batches for ref in refs_of(batch)]
         assert len(refs) == 2
         for ref in refs:
             example = codec.to_python(codec.parse(ref.example))

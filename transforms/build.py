@@ -22,7 +22,7 @@ from transforms.core.records import (
     ErrorRecord,
     ImageInfo,
     RecordRef,
-    pack,
+    ref_batch,
 )
 from transforms.core.tfrecord import FRAMING_BYTES
 
@@ -68,10 +68,10 @@ def _label_facts(batch: list[tuple[Candidate, ImageInfo | None]], folder_sources
 
 
 class BuildRecords(beam.PTransform):
-    """Batches of (Candidate, ImageInfo | None) → batches of RecordRefs, all packed.
+    """Batches of (Candidate, ImageInfo | None) → columnar batches of RecordRefs.
 
     Outputs (tagged):
-        main: PCollection[list[tuple]]: packed RecordRefs (see records.pack).
+        main: PCollection[pyarrow.RecordBatch] of RecordRefs (records.ref_batch).
         errors: PCollection[ErrorRecord] (e.g. a file outside any class folder).
         tally: PCollection[FeatureTally], partial counts of which features records hold.
     """
@@ -150,7 +150,7 @@ class _BuildRecordFn(beam.DoFn):
             else:
                 refs.append(built)
         if refs:
-            yield pack(refs)
+            yield ref_batch(refs)
 
     def finish_bundle(self):
         yield self._builder.tally_output()  # one tally per bundle, not an element per record

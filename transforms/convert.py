@@ -17,12 +17,12 @@ from transforms.commit import Commit, CommitConfig
 from transforms.core.assemble import split_order
 from transforms.core.declare import csv_feature_columns, declare_features
 from transforms.core.images import DEFAULT_MAX_PIXELS
-from transforms.core.labels import LabelTally, resolve_labels
 from transforms.core.records import CsvRoles, InputCounts, Source
 from transforms.core.sharding import ShardingConfig
-from transforms.discover import CSV_FILES, IGNORED, ListInputs, ReadTable
+from transforms.discover import CSV_FILES, IGNORED, ListInputs
 from transforms.probe import ProbeImages
 from transforms.shard import PlanShards
+from transforms.table import ReadTable
 from transforms.write import WriteErrors, WriteShards, write_atomically
 
 ERRORS = "errors"
@@ -109,7 +109,7 @@ class _Planned(beam.PTransform):
         tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
             TallyCombineFn(FeatureTally, FeatureTally.merge)
         )
-        planned = built.records | "PlanShards" >> PlanShards(
+        planned = built["records"] | "PlanShards" >> PlanShards(
             config.sharding, config.configured_splits, assign=self._assign
         )
         ignored = listed[IGNORED] | "CountIgnored" >> beam.combiners.Count.Globally()
@@ -154,29 +154,33 @@ class _Planned(beam.PTransform):
         return built, labels, counts, early_errors
 
     def _read_table(self, pbegin, listed):
-        """CSV files → built records in one step: the labels need no pass over the rows."""
+        """CSV files → built records in one step (after a label pass for text labels)."""
         config = self._config
-        csv_sources = [s.index for s in config.sources]
-        label_map = resolve_labels(
-            LabelTally(), [], csv_sources, config.label_mode, bool(config.roles.label_column)
-        )
-        labels = pbegin | "Labels" >> beam.Create([label_map])
         built = listed[CSV_FILES] | "ReadTable" >> ReadTable(
-            config.csv_schema, config.roles, labels, splits=config.splits, salt=config.salt
+            config.csv_schema,
+            config.roles,
+            splits=config.splits,
+            salt=config.salt,
+            label_mode=config.label_mode,
+            source_indices=[s.index for s in config.sources],
+            # Planning needs each record's size, not its bytes.
+            with_examples=self._assign,
         )
         # Inputs are the records plus the rows and files that failed.
-        counts = _count_inputs(built.records, built[ERRORS], built[ERRORS])
-        return built, labels, counts
+        counts = _count_inputs(built["records"], built[ERRORS], built[ERRORS])
+        return built, built["labels"], counts
 
 
 def _is_plain_table(config: ConvertConfig) -> bool:
-    """CSV rows without images, labelled by ids or not at all: no global pass is needed before
-    building records (text labels need every class name first, to number them)."""
+    """CSV rows without images, whose label and split columns (if any) are scalars: built a
+    batch of rows at a time (transforms/table.py). Others go row by row."""
     if config.has_images or config.csv_schema is None:
         return False
-    label = config.roles.label_column
-    return label is None or any(
-        c.column == label and c.dtype == "int64" for c in config.csv_schema.columns
+    roles = config.roles
+    return not any(
+        c.is_list
+        for c in config.csv_schema.columns
+        if c.column in (roles.label_column, roles.split_column)
     )
 
 

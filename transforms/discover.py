@@ -8,11 +8,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from schemas import codec
 from schemas.csv_schema import CsvSchema
-from transforms.build import TALLY, RecordBuilder
 from transforms.core.csv_rows import RowError, read_csv_rows
 from transforms.core.declare import csv_feature_columns
 from transforms.core.errors import InputError
-from transforms.core.labels import LabelMap
 from transforms.core.naming import is_valid_split_name
 from transforms.core.paths import is_hidden, parent_folder, relative_path, resolve_reference
 from transforms.core.records import STAGE_READ, Candidate, CsvRoles, ErrorRecord, Source, pack
@@ -38,7 +36,7 @@ class ListInputs(beam.PTransform):
         errors: PCollection[ErrorRecord] for CSV rows and files that cannot be read.
         ignored: PCollection[str], hidden files skipped (.DS_Store, .git/...), for the manifest.
         csv_files: with read_csv=False only: PCollection[(Source, path)] of the CSV files, whose
-            rows are then not read here.
+            rows are then not read here (transforms.table.ReadTable reads them).
     """
 
     def __init__(
@@ -54,7 +52,7 @@ class ListInputs(beam.PTransform):
         files = sources | "MatchFiles" >> beam.ParDo(_MatchFilesFn()).with_outputs(
             IGNORED, CSV_FILES, main="images"
         )
-        if not self._read_csv:  # the caller reads the CSV files (ReadTable)
+        if not self._read_csv:  # the caller reads the CSV files (table.ReadTable)
             return {
                 "candidates": files.images,
                 CSV_FILES: files[CSV_FILES],
@@ -110,65 +108,28 @@ def _image_candidate(source: Source, path: str) -> Candidate:
     )
 
 
-class ReadTable(beam.PTransform):
-    """(Source, CSV path) of tables without images → batches of finished RecordRefs.
-
-    Reading and building in one step: rows never cross a stage boundary as candidates, which
-    is most of a tabular conversion's cost otherwise. Input: PCollection[(Source, str)]; the
-    LabelMap arrives as a side input (`label_map`). Outputs (tagged):
-        main: PCollection[list[tuple]]: packed RecordRefs.
-        errors: PCollection[ErrorRecord] for bad rows and files.
-        tally: PCollection[FeatureTally], partial counts of which features records hold.
-    """
-
-    def __init__(self, schema: CsvSchema, roles: CsvRoles, label_map, *, splits, salt) -> None:
-        super().__init__()
-        self._fn = _ReadCsvFn(schema, roles, build=(tuple(splits), salt))
-        self._label_map = label_map
-
-    def expand(self, csv_files):
-        return (
-            csv_files
-            | "SpreadCsvFiles" >> beam.Reshuffle()
-            | "ReadAndBuild"
-            >> beam.ParDo(self._fn, beam.pvalue.AsSingleton(self._label_map)).with_outputs(
-                ERRORS, TALLY, main="records"
-            )
-        )
-
-
 class _ReadCsvFn(beam.DoFn):
     """(Source, CSV path) → batches of Candidates, one per good row; bad rows/files → `errors`.
 
-    With `build` = (splits, salt), it builds each candidate's record at once instead (a
-    LabelMap side input is then needed) and emits batches of RecordRefs and TALLY outputs.
+    For CSVs that name images (or have list label/split columns); tables without images are
+    read column-wise by transforms.table.ReadTable.
     """
 
-    def __init__(self, schema: CsvSchema | None, roles: CsvRoles, build=None) -> None:
+    def __init__(self, schema: CsvSchema | None, roles: CsvRoles) -> None:
         self._schema = schema
         self._roles = roles
         self._feature_columns = csv_feature_columns(schema, roles)
-        self._build = build
 
     def setup(self):
         self._progress = Progress("csv_rows_read", "read", "CSV rows")
         self._encoder = codec.ExampleEncoder((c.feature, c.dtype) for c in self._feature_columns)
-        self._builder = None
-        if self._build is not None:
-            keys = tuple(c.feature for c in self._feature_columns)
-            self._builder = RecordBuilder(*self._build, csv_keys=keys)
 
-    def process(self, source_and_path: tuple[Source, str], label_map: LabelMap | None = None):
+    def process(self, source_and_path: tuple[Source, str]):
         batch = []
         for item in self._read(*source_and_path):
             if not isinstance(item, Candidate):
                 yield item  # a tagged error
                 continue
-            if self._builder is not None:
-                item = self._builder.build(item, None, label_map)
-                if isinstance(item, ErrorRecord):
-                    yield beam.pvalue.TaggedOutput(ERRORS, item)
-                    continue
             batch.append(item)
             if len(batch) == CSV_BATCH:
                 self._progress.add(len(batch))
@@ -178,10 +139,6 @@ class _ReadCsvFn(beam.DoFn):
         if batch:
             self._progress.add(len(batch))
             yield pack(batch)
-
-    def finish_bundle(self):
-        if self._builder is not None:
-            yield self._builder.tally_output()
 
     def _read(self, source: Source, path: str):
         """Candidates, and tagged ErrorRecords for bad rows and a file that breaks off."""

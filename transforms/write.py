@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import apache_beam as beam
+import pyarrow.compute as pc
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
@@ -28,9 +29,12 @@ from transforms.core.records import (
     ErrorRecord,
     RecordRef,
     ShardResult,
+    concat_batches,
+    refs_of,
+    sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
-from transforms.core.tfrecord import FRAMING_BYTES, frame_record
+from transforms.core.tfrecord import FRAMING_BYTES, frame_record, frame_records
 from transforms.progress import LOGGER
 from transforms.storage_errors import STORAGE_ERRORS
 
@@ -38,6 +42,7 @@ ERRORS = "errors"
 # Image reads in flight per shard writer: hides object-store latency, bounded by bytes in memory.
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
+_FRAMES_PER_WRITE = 4096
 
 
 def temp_folder(output: str, run_id: str) -> str:
@@ -46,7 +51,7 @@ def temp_folder(output: str, run_id: str) -> str:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), list[packed RecordRef]) pieces → shard files, one per (split, shard).
+    """((split, shard), RecordRef batch) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
         main: PCollection[ShardResult], one per shard file written under a temporary name
@@ -74,7 +79,7 @@ class WriteShards(beam.PTransform):
     def expand(self, assigned):
         return (
             assigned
-            # (split, shard) → Iterable[list[RecordRef]]: references only (image bytes are read
+            # (split, shard) → Iterable[RecordBatch]: references only (image bytes are read
             # below), in pieces as the batches were cut.
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShard"
@@ -116,10 +121,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted(
-            (RecordRef._make(packed) for piece in pieces for packed in piece),
-            key=lambda ref: ref.order,
-        )
+        ordered = sorted_by_order(concat_batches(pieces))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
@@ -130,7 +132,13 @@ class _WriteShardFn(beam.DoFn):
                 if (self._compression == "gzip")
                 else sink
             )
-            for ref, future in _read_ahead(ordered, self._pool):
+            if index_out is None and ordered.column("payload_path").null_count == len(ordered):
+                # Every record is complete already (tables): framed in bulk.
+                count = _write_complete(ordered, stream, labels)
+                refs = []
+            else:
+                refs = refs_of(ordered)
+            for ref, future in _read_ahead(refs, self._pool):
                 try:
                     record = _materialize(ref, future)
                 except InputError as error:
@@ -164,6 +172,17 @@ class _WriteShardFn(beam.DoFn):
             label_counts=tuple(sorted(labels.items())),
             staged=tuple(staged),
         )
+
+
+def _write_complete(records, stream, labels: collections.Counter) -> int:
+    """Write records that need no payload (a RecordBatch in order); count their labels."""
+    examples = records.column("example").to_pylist()
+    for start in range(0, len(examples), _FRAMES_PER_WRITE):
+        stream.write(frame_records(examples[start : start + _FRAMES_PER_WRITE]))
+    label_counts = pc.value_counts(records.column("label").drop_null())
+    for entry in label_counts.to_pylist():
+        labels[entry["values"]] += entry["counts"]
+    return len(examples)
 
 
 def _create(path: str):

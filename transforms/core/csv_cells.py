@@ -113,30 +113,9 @@ def convert_values(arr: pa.Array, dtype: str) -> tuple[pa.Array, list[int]]:
     return typed, sorted(bad + failed)
 
 
-def convert_scalar_cells(arr: pa.Array, dtype: str, column: str) -> tuple[list, dict[int, str]]:
-    """Convert a column of scalar cells.
-
-    Args:
-        arr: binary array of cell texts, null where the cell is missing.
-        dtype: the column's dtype.
-        column: the column name, for messages.
-
-    Returns:
-        A list with a 1-tuple per cell (its content is meaningless where the cell is missing or
-        bad), and a BadCell message per bad cell position.
-    """
-    typed, bad = convert_values(arr, dtype)
-    cells = list(zip(typed.to_pylist()))
-    messages = {
-        i: f"column {column!r}: {short_repr(arr[i].as_py())} is not {dtype_phrase(dtype)}"
-        for i in bad
-    }
-    return cells, messages
-
-
-def convert_list_cells(
+def convert_list_column(
     arr: pa.Array, dtype: str, separator: str, column: str
-) -> tuple[list, dict[int, str]]:
+) -> tuple[pa.Array, dict[int, str]]:
     """Convert a column of list cells: each text split on `separator`, each element converted.
 
     A non-missing empty cell is the empty list. An empty element ("1;;2") makes the cell bad.
@@ -148,8 +127,8 @@ def convert_list_cells(
         column: the column name, for messages.
 
     Returns:
-        A tuple of typed elements per cell (meaningless where the cell is missing or bad), and a
-        BadCell message per bad cell position.
+        A list array of typed elements, null where the cell is missing (its content is
+        meaningless where the cell is bad), and a BadCell message per bad cell position.
     """
     # Splitting "" would give one empty element; nulling those cells gives zero elements instead.
     empty_cells = pc.fill_null(pc.equal(arr, _EMPTY), False)
@@ -159,9 +138,6 @@ def convert_list_cells(
     elements = lists.flatten()
     typed, bad = convert_values(elements, dtype)
     empty_elements = _nonzero(pc.equal(elements, _EMPTY))
-    values = typed.to_pylist()
-    offsets = lists.offsets.to_pylist()
-    cells = [tuple(values[offsets[i] : offsets[i + 1]]) for i in range(len(lists))]
     messages: dict[int, str] = {}
     if bad or empty_elements:
         parents = lists.value_parent_indices()
@@ -178,7 +154,13 @@ def convert_list_cells(
                 messages[cell] = (
                     f"column {column!r}: element {element} of {text} is not {dtype_phrase(dtype)}"
                 )
-    return cells, messages
+    # Missing cells (and the empty ones nulled above) hold no elements: split_pattern gives
+    # null lists empty spans, so the offsets index `typed` directly.
+    missing = pc.is_null(arr) if arr.null_count else None
+    if missing is not None and empty_cells.true_count:
+        missing = pc.and_not(missing, empty_cells)
+    typed_lists = pa.ListArray.from_arrays(lists.offsets, typed, mask=missing)
+    return typed_lists, messages
 
 
 def parse_text(text: str, dtype: str) -> int | float | bytes:

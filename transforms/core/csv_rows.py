@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from schemas.csv_schema import CsvSchema
-from transforms.core.csv_cells import convert_list_cells, convert_scalar_cells, short_repr
+from transforms.core.csv_cells import (
+    convert_list_column,
+    convert_values,
+    dtype_phrase,
+    short_repr,
+)
 from transforms.core.csv_io import TerminatedStream, close_reader, next_batch, open_text_reader
 from transforms.core.errors import InputError
 
@@ -50,10 +56,61 @@ class RowError:
     error: InputError
 
 
+@dataclass(frozen=True)
+class CellBatch:
+    """Consecutive data rows of a file, converted column-wise.
+
+    Attributes:
+        rows: the row number of each row of the batch (numbered like ParsedRow.row).
+        values: column name -> typed array (int64, float64 or binary; a list array of those for
+            list columns), null where the cell is missing, whatever the missing rule, and
+            meaningless where the row has an error.
+        missing: column name -> the batch positions of its missing cells.
+        errors: batch position -> the error of each row that cannot be converted.
+        skipped: rows with the wrong number of fields that pyarrow skipped, numbered between
+            the previous batch's last row and this batch's last row.
+    """
+
+    rows: np.ndarray
+    values: dict[str, pa.Array]
+    missing: dict[str, list[int]]
+    errors: dict[int, InputError]
+    skipped: tuple[RowError, ...] = field(default=())
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.rows)
+
+
 def read_csv_rows(
     stream: BinaryIO, schema: CsvSchema, *, source_name: str, block_size: int = 1 << 20
 ) -> Iterator[ParsedRow | RowError]:
     """Read every data row of a CSV file, in file order, as ParsedRow or RowError.
+
+    The row-by-row view of `read_csv_batches` (same arguments, same errors).
+    """
+    converter = _RowConverter(schema)
+    for item in read_csv_batches(stream, schema, source_name=source_name, block_size=block_size):
+        if isinstance(item, RowError):
+            yield item
+            continue
+        skipped = deque(item.skipped)
+        for position, outcome in enumerate(converter.rows(item)):
+            row = int(item.rows[position])
+            while skipped and skipped[0].row < row:
+                yield skipped.popleft()
+            if isinstance(outcome, InputError):
+                yield RowError(row, outcome)
+            else:
+                yield ParsedRow(row, outcome)
+        yield from skipped
+
+
+def read_csv_batches(
+    stream: BinaryIO, schema: CsvSchema, *, source_name: str, block_size: int = 1 << 20
+) -> Iterator[CellBatch | RowError]:
+    """Read every data row of a CSV file, in file order, as CellBatches (and RowErrors for the
+    skipped rows after the last batch).
 
     The file is read as a stream of record batches (memory stays bounded by `block_size`), every
     column as raw text, converted column-wise. Nothing is read before the first row is asked for;
@@ -66,7 +123,8 @@ def read_csv_rows(
         block_size: bytes pyarrow parses at once; must hold the longest row (and the header).
 
     Yields:
-        The rows in file order. The output does not depend on `block_size`.
+        The batches in file order. How rows are batched depends on `block_size`; the rows, their
+        numbers and their errors do not.
 
     Raises:
         InputError: kind "CsvHeaderMismatch" when the header is not exactly the schema's (dropped
@@ -107,39 +165,38 @@ def read_csv_rows(
             raise InputError(
                 "CsvHeaderMismatch", _header_mismatch(names, header, source_name, schema)
             )
-        yield from _rows(reader, _BatchConverter(schema, names), invalid, unnumbered)
+        yield from _batches(reader, _BatchConverter(schema, names), invalid, unnumbered)
     finally:
         # Also when the caller stops early: pyarrow reads ahead on an IO thread.
         close_reader(reader, source)
 
 
-def _rows(
+def _batches(
     reader: pa_csv.CSVStreamingReader,
     converter: _BatchConverter,
     invalid: deque[tuple[int, InputError]],
     unnumbered: list[InputError],
-) -> Iterator[ParsedRow | RowError]:
-    """Merge converted batches with the skipped bad rows, numbering every row."""
+) -> Iterator[CellBatch | RowError]:
+    """Convert batches and number their rows around the rows pyarrow skipped."""
     row = 1
     while (batch := next_batch(reader)) is not None:
-        outcomes = converter.convert(batch)
+        size = batch.num_rows
+        numbers, skipped = [], []
         done = 0
-        while done < len(outcomes):
+        while done < size:
             if invalid and invalid[0][0] <= row:
-                yield RowError(row, invalid.popleft()[1])
+                skipped.append(RowError(row, invalid.popleft()[1]))
                 row += 1
                 continue
             # Good rows up to the next bad one (bad rows are rare: few passes through here).
-            end = len(outcomes)
+            end = size
             if invalid:
                 end = min(end, done + invalid[0][0] - row)
-            for outcome in outcomes[done:end]:
-                if isinstance(outcome, InputError):
-                    yield RowError(row, outcome)
-                else:
-                    yield ParsedRow(row, outcome)
-                row += 1
+            numbers.append(np.arange(row, row + end - done, dtype=np.int64))
+            row += end - done
             done = end
+        rows = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
+        yield converter.convert(batch, rows, tuple(skipped))
     for _, error in invalid:
         yield RowError(row, error)
         row += 1
@@ -150,18 +207,18 @@ def _rows(
 
 
 class _BatchConverter:
-    """Converts record batches of raw cell texts into per-row values or errors."""
+    """Converts record batches of raw cell texts into typed columns and per-row errors."""
 
     def __init__(self, schema: CsvSchema, names: Sequence[str]) -> None:
         self._specs = [(names.index(spec.column), spec) for spec in schema.columns]
-        self._names = [spec.column for spec in schema.columns]
         self._null_set = pa.array([v.encode("utf-8") for v in schema.null_values], pa.binary())
 
-    def convert(self, batch: pa.RecordBatch) -> list[dict | InputError]:
-        """Return, per row of the batch, its values dict or its InputError."""
-        columns = []
+    def convert(
+        self, batch: pa.RecordBatch, rows: np.ndarray, skipped: tuple[RowError, ...]
+    ) -> CellBatch:
+        values: dict[str, pa.Array] = {}
+        missing_cells: dict[str, list[int]] = {}
         problems: dict[int, list[tuple[str, str]]] = {}
-        absent: list[tuple[str, list[int]]] = []
         for index, spec in self._specs:
             raw = batch.column(index)
             arr, missing = raw, []
@@ -171,15 +228,17 @@ class _BatchConverter:
                     missing = pc.indices_nonzero(is_null).to_pylist()
                     arr = pc.if_else(is_null, _NULL_BINARY, raw)
             if spec.is_list:
-                cells, bad = convert_list_cells(arr, spec.dtype, spec.separator, spec.column)
+                typed, bad = convert_list_column(arr, spec.dtype, spec.separator, spec.column)
             else:
-                cells, bad = convert_scalar_cells(arr, spec.dtype, spec.column)
+                typed, bad_positions = convert_values(arr, spec.dtype)
+                bad = {
+                    i: f"column {spec.column!r}: {short_repr(arr[i].as_py())} is not "
+                    f"{dtype_phrase(spec.dtype)}"
+                    for i in bad_positions
+                }
             for i, message in bad.items():
                 problems.setdefault(i, []).append(("BadCell", message))
-            if missing and spec.missing == "default":
-                for i in missing:
-                    cells[i] = spec.default
-            elif missing and spec.missing == "error":
+            if missing and spec.missing == "error":
                 for i in missing:
                     text = short_repr(raw[i].as_py())
                     problems.setdefault(i, []).append(
@@ -189,7 +248,40 @@ class _BatchConverter:
                             "schema says missing: error",
                         )
                     )
-            elif missing:
+            values[spec.column] = typed
+            missing_cells[spec.column] = missing
+        errors = {}
+        for i, found in sorted(problems.items()):
+            kind, message = found[0]
+            if len(found) > 1:
+                message += f" (and {len(found) - 1} more bad cell(s) in this row)"
+            errors[i] = InputError(kind, message)
+        return CellBatch(rows, values, missing_cells, errors, skipped)
+
+
+class _RowConverter:
+    """The per-row view of a CellBatch: a values dict (see ParsedRow) or an InputError per row."""
+
+    def __init__(self, schema: CsvSchema) -> None:
+        self._specs = schema.columns
+        self._names = [spec.column for spec in schema.columns]
+
+    def rows(self, batch: CellBatch) -> list[dict | InputError]:
+        columns = []
+        absent: list[tuple[str, list[int]]] = []
+        for spec in self._specs:
+            typed = batch.values[spec.column]
+            if spec.is_list:
+                values = typed.values.to_pylist()
+                offsets = typed.offsets.to_pylist()
+                cells = [tuple(values[offsets[i] : offsets[i + 1]]) for i in range(len(typed))]
+            else:
+                cells = list(zip(typed.to_pylist()))
+            missing = batch.missing[spec.column]
+            if missing and spec.missing == "default":
+                for i in missing:
+                    cells[i] = spec.default
+            elif missing and spec.missing == "omit":
                 absent.append((spec.column, missing))
             columns.append(cells)
         if columns:
@@ -201,11 +293,8 @@ class _BatchConverter:
         for name, positions in absent:
             for i in positions:
                 del rows[i][name]
-        for i, found in problems.items():
-            kind, message = found[0]
-            if len(found) > 1:
-                message += f" (and {len(found) - 1} more bad cell(s) in this row)"
-            rows[i] = InputError(kind, message)
+        for i, error in batch.errors.items():
+            rows[i] = error
         return rows
 
 

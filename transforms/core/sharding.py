@@ -17,11 +17,15 @@ a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
 
 MIB = 1 << 20
 BUCKET_BITS = 16
+NUM_BUCKETS = 1 << BUCKET_BITS
 
 
 @dataclass(frozen=True)
@@ -199,17 +203,33 @@ def bucket_of(order_key: bytes) -> int:
     return int.from_bytes(order_key[:2], "big")
 
 
-@dataclass(frozen=True)
+def buckets_of(order_keys: pa.Array) -> np.ndarray:
+    """`bucket_of` of every order key of a binary array, as int64."""
+    if not len(order_keys):
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.frombuffer(order_keys.buffers()[1], dtype=np.int32)
+    starts = offsets[order_keys.offset : order_keys.offset + len(order_keys)]
+    data = np.frombuffer(order_keys.buffers()[2], dtype=np.uint8)
+    return data[starts].astype(np.int64) << 8 | data[starts + 1]
+
+
+@dataclass(frozen=True, eq=False)
 class SplitLayout:
-    """A split's plan plus where each bucket starts and ends, in bytes, in the split's order."""
+    """A split's plan plus where each bucket starts and ends, in bytes, in the split's order.
+
+    Attributes:
+        plan: the split's plan.
+        bucket_starts, bucket_ends: int64 arrays indexed by bucket (NUM_BUCKETS long); an
+            empty bucket starts and ends where the next one starts.
+    """
 
     plan: ShardPlan
-    bucket_starts: Mapping[int, int]
-    bucket_ends: Mapping[int, int]
+    bucket_starts: np.ndarray
+    bucket_ends: np.ndarray
 
     def shard_of(self, position: int) -> int:
         """The shard of the record whose first byte is at `position`."""
-        return position * self.plan.num_shards // self.plan.stats.total_bytes
+        return int(position) * self.plan.num_shards // self.plan.stats.total_bytes
 
     def whole_shard(self, bucket: int) -> int | None:
         """The shard that holds every record of `bucket`, or None if a shard boundary cuts it.
@@ -222,24 +242,45 @@ class SplitLayout:
         last = self.shard_of(self.bucket_ends[bucket] - 1)
         return first if first == last else None
 
+    def whole_shards(self) -> np.ndarray:
+        """`whole_shard` of every bucket at once (int64, -1 for None; -1 for empty buckets)."""
+        shards = np.full(NUM_BUCKETS, -1, dtype=np.int64)
+        total, count = self.plan.stats.total_bytes, self.plan.num_shards
+        filled = np.flatnonzero(self.bucket_ends > self.bucket_starts)
+        if not count or not len(filled):
+            return shards
+        if total * count < 1 << 62:  # exact in int64
+            first = self.bucket_starts[filled] * count // total
+            last = (self.bucket_ends[filled] - 1) * count // total
+            shards[filled] = np.where(first == last, first, -1)
+        else:
+            for bucket in filled.tolist():
+                whole = self.whole_shard(bucket)
+                shards[bucket] = -1 if whole is None else whole
+        return shards
+
 
 def layout_split(
     bucket_totals: Iterable[tuple[int, SplitStats]], config: ShardingConfig
 ) -> SplitLayout:
     """Plan a split from its per-bucket totals and compute every bucket's start position."""
-    starts: dict[int, int] = {}
-    ends: dict[int, int] = {}
-    stats = SplitStats()
-    for bucket, totals in sorted(bucket_totals):
-        starts[bucket] = stats.total_bytes
-        stats = stats.merge(totals)
-        ends[bucket] = stats.total_bytes
-    return SplitLayout(plan_shards(stats, config), starts, ends)
+    totals = np.zeros((3, NUM_BUCKETS), dtype=np.int64)
+    for bucket, stats in bucket_totals:
+        totals[:, bucket] = (stats.num_records, stats.total_bytes, stats.max_record_bytes)
+    return layout_from_totals(totals, config)
+
+
+def layout_from_totals(totals: np.ndarray, config: ShardingConfig) -> SplitLayout:
+    """Plan a split from (records, bytes, largest record) per bucket: a (3, NUM_BUCKETS) array."""
+    counts, sizes, largest = totals
+    ends = np.cumsum(sizes)
+    stats = SplitStats(int(counts.sum()), int(ends[-1]), int(largest.max()))
+    return SplitLayout(plan_shards(stats, config), ends - sizes, ends)
 
 
 def assign_bucket(layout: SplitLayout, bucket: int, sizes: Sequence[int]) -> list[int]:
     """Shard indices for one bucket's records, given their sizes in order-key order."""
-    position = layout.bucket_starts[bucket]
+    position = int(layout.bucket_starts[bucket])
     shards = []
     for size in sizes:
         shards.append(layout.shard_of(position))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -29,6 +29,22 @@ def frame_record(data: bytes) -> bytes:
     return b"".join(
         (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
     )
+
+
+def frame_records(records: Iterable[bytes]) -> bytes:
+    """`frame_record` of each record, concatenated (one write for many small records)."""
+    parts: list[bytes] = []
+    length_crcs: dict[int, bytes] = {}  # records of a table have few distinct lengths
+    for data in records:
+        size = len(data)
+        head = length_crcs.get(size)
+        if head is None:
+            length = _LENGTH.pack(size)
+            head = length_crcs[size] = length + _CRC.pack(masked_crc32c(length))
+        parts.append(head)
+        parts.append(data)
+        parts.append(_CRC.pack(masked_crc32c(data)))
+    return b"".join(parts)
 
 
 class TFRecordCorruption(Exception):
