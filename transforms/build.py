@@ -12,6 +12,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from schemas import codec
 from schemas import features as keys
 from schemas.features import FeatureTally
+from schemas.spliced import serialize_around
 from transforms.combiners import TallyCombineFn
 from transforms.core.errors import InputError
 from transforms.core.keys import SplitChooser, order_key
@@ -190,19 +191,19 @@ def build_record(
         features[keys.IMAGE_FILENAME] = ("bytes", (candidate.image_name.encode("utf-8"),))
     counts = [(k, n) for k, n in zip(csv_keys, candidate.feature_counts, strict=True) if n >= 0]
     counts += ((key, len(values)) for key, (_, values) in features.items())
+    payload_offset = 0
     if features:
         example = codec.parse(candidate.features)
         codec.add_features(example, features)  # preflight keeps CSV feature names off these
-        data = codec.serialize(example)
-    else:  # CSV cells only: already serialized, deterministically
-        data = candidate.features
     if image is not None:
-        # Size the final record exactly with a stand-in of the image's length; the real bytes
-        # are read only when the shard is written.
-        codec.add_features(example, {keys.IMAGE_ENCODED: ("bytes", (bytes(image.size),))})
-        size = example.ByteSize() + FRAMING_BYTES
+        # The record with a hole the image's size: exact for planning, and the writer drops the
+        # file's bytes in without building the Example again.
+        data, payload_offset = serialize_around(example, keys.IMAGE_ENCODED, image.size)
+        size = len(data) + image.size + FRAMING_BYTES
         counts.append((keys.IMAGE_ENCODED, 1))
     else:
+        # CSV cells only are already serialized, deterministically.
+        data = codec.serialize(example) if features else candidate.features
         size = len(data) + FRAMING_BYTES
     split = candidate.split or chooser.choose(candidate.key)
     ref = RecordRef(
@@ -215,6 +216,7 @@ def build_record(
         path=candidate.path,
         row=candidate.row,
         label=label,
+        payload_offset=payload_offset,
     )
     return ref, tuple(counts)
 
