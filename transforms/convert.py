@@ -98,10 +98,8 @@ class _Planned(beam.PTransform):
         config = self._config
         sources = pbegin | "Sources" >> beam.Create(config.sources)
         tabular = _is_plain_table(config)
-        # Image folders have no CSV rows to read: no stages for them.
-        has_csv = any(s.kind == "csv" for s in config.sources)
         listed = sources | "ListInputs" >> ListInputs(
-            config.csv_schema, config.roles, read_csv=has_csv and not tabular
+            config.csv_schema, config.roles, read_csv=not tabular
         )
         if tabular:
             built, labels = self._read_table(pbegin, listed)
