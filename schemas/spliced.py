@@ -47,27 +47,47 @@ def serialize_around(example: codec.Example, key: str, payload_size: int) -> tup
     # own: upb puts "ab" before "a"), so let protobuf place an empty stand-in, then resize it.
     feature_map[key].bytes_list.value.append(b"")
     try:
-        features = _features_bytes(codec.serialize(example))
+        serialized = codec.serialize(example)
     finally:
         del feature_map[key]
         if not had_features:
             example.ClearField("features")
-    start, end = _entry_span(features, key.encode("utf-8"))
+    return widen_empty_value(serialized, key, payload_size)
+
+
+def widen_empty_value(serialized: bytes, key: str, payload_size: int) -> tuple[bytes, int]:
+    """`serialize_around` for an Example already serialized with `key` holding [b""].
+
+    Returns:
+        (skeleton, offset), as `serialize_around` does.
+
+    Raises:
+        ValueError: `serialized` is not an Example with that stand-in.
+    """
+    features = _features_bytes(serialized)
     key_bytes = key.encode("utf-8")
+    start, end = _entry_span(features, key_bytes)
+    if features[start:end] != _entry_head(key_bytes, 0):
+        raise ValueError(f"the Example's {key!r} is not a single empty bytes value")
+    entry = _entry_head(key_bytes, payload_size)
+    features_size = len(features) - (end - start) + len(entry) + payload_size
+    head = _LENGTH_DELIMITED_1 + _varint(features_size) + features[:start] + entry
+    return head + features[end:], len(head)
+
+
+def _entry_head(key: bytes, payload_size: int) -> bytes:
+    """A map entry of `key` with one bytes value of `payload_size`, up to that value."""
     bytes_list = _LENGTH_DELIMITED_1 + _varint(payload_size)
     feature = _LENGTH_DELIMITED_1 + _varint(len(bytes_list) + payload_size) + bytes_list
     entry = (
         _LENGTH_DELIMITED_1
-        + _varint(len(key_bytes))
-        + key_bytes
+        + _varint(len(key))
+        + key
         + _LENGTH_DELIMITED_2
         + _varint(len(feature) + payload_size)
         + feature
     )
-    entry = _LENGTH_DELIMITED_1 + _varint(len(entry) + payload_size) + entry
-    features_size = len(features) - (end - start) + len(entry) + payload_size
-    head = _LENGTH_DELIMITED_1 + _varint(features_size) + features[:start] + entry
-    return head + features[end:], len(head)
+    return _LENGTH_DELIMITED_1 + _varint(len(entry) + payload_size) + entry
 
 
 def _features_bytes(serialized: bytes) -> bytes:
