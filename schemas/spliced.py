@@ -17,10 +17,13 @@ The wire format, for reference (protobuf encoding, every field length-delimited)
 
 from __future__ import annotations
 
+import functools
+
 from schemas import codec
 
 _LENGTH_DELIMITED_1 = b"\x0a"  # field 1, wire type 2
 _LENGTH_DELIMITED_2 = b"\x12"  # field 2, wire type 2
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 
 
 def serialize_around(example: codec.Example, key: str, payload_size: int) -> tuple[bytes, int]:
@@ -67,12 +70,17 @@ def widen_empty_value(serialized: bytes, key: str, payload_size: int) -> tuple[b
     features = _features_bytes(serialized)
     key_bytes = key.encode("utf-8")
     start, end = _entry_span(features, key_bytes)
-    if features[start:end] != _entry_head(key_bytes, 0):
+    if features[start:end] != _empty_entry(key_bytes):
         raise ValueError(f"the Example's {key!r} is not a single empty bytes value")
     entry = _entry_head(key_bytes, payload_size)
     features_size = len(features) - (end - start) + len(entry) + payload_size
     head = _LENGTH_DELIMITED_1 + _varint(features_size) + features[:start] + entry
     return head + features[end:], len(head)
+
+
+@functools.lru_cache(maxsize=64)
+def _empty_entry(key: bytes) -> bytes:
+    return _entry_head(key, 0)
 
 
 def _entry_head(key: bytes, payload_size: int) -> bytes:
@@ -114,6 +122,8 @@ def _entry_span(features: bytes, key: bytes) -> tuple[int, int]:
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
