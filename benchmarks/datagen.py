@@ -285,6 +285,10 @@ def table(data_dir: str, seed: int, rows: int, log=print) -> CsvTable:
 # --- many tiny files, for timing `recordforge plan` ----------------------------------------------
 
 
+# ext4 allows 65,000 links to one file: a million names need several originals.
+_LINKS_PER_FILE = 50_000
+
+
 def tiny_files(data_dir: str, count: int, log=print) -> str:
     """`count` 1x1 PNGs (hard links of one file) in 10 class folders; returns the folder."""
     params = {"kind": "tiny", "count": count, "version": GENERATOR_VERSION}
@@ -295,11 +299,12 @@ def tiny_files(data_dir: str, count: int, log=print) -> str:
         log(f"creating {count:,} tiny image files in {folder} (once; cached)")
         shutil.rmtree(folder, ignore_errors=True)
         tmp = _fresh(folder)
-        original = os.path.join(tmp, "pixel.png")
-        Image.new("RGB", (1, 1), (200, 100, 50)).save(original, "PNG")
         for label in CLASSES:
             os.makedirs(os.path.join(tmp, "photos", label))
         for index in range(count):
+            if index % _LINKS_PER_FILE == 0:
+                original = os.path.join(tmp, f"pixel-{index // _LINKS_PER_FILE}.png")
+                Image.new("RGB", (1, 1), (200, 100, 50)).save(original, "PNG")
             label = CLASSES[index % len(CLASSES)]
             os.link(original, os.path.join(tmp, "photos", label, f"{index:08d}.png"))
         _write_meta(tmp, {"params": params, "files": count})

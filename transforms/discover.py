@@ -35,8 +35,8 @@ class ListInputs(beam.PTransform):
             or CSV data row.
         errors: PCollection[ErrorRecord] for CSV rows and files that cannot be read.
         ignored: PCollection[str], hidden files skipped (.DS_Store, .git/...), for the manifest.
-        csv_files: with read_csv=False only: PCollection[(Source, path)] of the CSV files, whose
-            rows are then not read here (transforms.table.ReadTable reads them).
+        csv_files: with a CSV schema and read_csv=False only: PCollection[(Source, path)] of the
+            CSV files, whose rows are then not read here (transforms.table.ReadTable reads them).
     """
 
     def __init__(
@@ -49,16 +49,18 @@ class ListInputs(beam.PTransform):
 
     def expand(self, sources):
         # Batches of image candidates; (Source, path) of CSV files; hidden files `ignored`.
+        # Image folders (no CSV schema) have no CSV files: no stages to read them.
+        csv_files = (CSV_FILES,) if self._csv_schema is not None else ()
         files = sources | "MatchFiles" >> beam.ParDo(_MatchFilesFn()).with_outputs(
-            IGNORED, CSV_FILES, main="images"
+            IGNORED, *csv_files, main="images"
         )
-        if not self._read_csv:  # the caller reads the CSV files (table.ReadTable)
-            return {
+        if not csv_files or not self._read_csv:  # none, or the caller reads them (ReadTable)
+            listed = {
                 "candidates": files.images,
-                CSV_FILES: files[CSV_FILES],
                 ERRORS: sources.pipeline | "NoReadErrors" >> beam.Create([]),
                 IGNORED: files[IGNORED],
             }
+            return {**listed, CSV_FILES: files[CSV_FILES]} if csv_files else listed
         rows = (
             files[CSV_FILES]
             # One CSV file per task: spread files over workers before reading.

@@ -14,8 +14,6 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from schemas import codec
-from schemas.features import IMAGE_ENCODED
 from transforms.core.errors import InputError
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
@@ -34,7 +32,7 @@ from transforms.core.records import (
     sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
-from transforms.core.tfrecord import FRAMING_BYTES, frame_record, frame_records
+from transforms.core.tfrecord import frame_pieces, frame_records
 from transforms.progress import LOGGER
 from transforms.storage_errors import STORAGE_ERRORS
 
@@ -140,17 +138,22 @@ class _WriteShardFn(beam.DoFn):
                 refs = refs_of(ordered)
             for ref, future in _read_ahead(refs, self._pool):
                 try:
-                    record = _materialize(ref, future)
+                    pieces = _materialize(ref, future)
                 except InputError as error:
                     record_error = ErrorRecord(
                         ref.path, ref.row, STAGE_WRITE, error.kind, error.message
                     )
                     yield beam.pvalue.TaggedOutput(ERRORS, record_error)
                     continue
+                framed = frame_pieces(pieces)
+                if len(framed) != ref.size:
+                    raise RuntimeError(
+                        f"record of {ref.path} is {len(framed)} bytes, planned {ref.size}"
+                    )
                 if index_out is not None:
                     # DALI's and the `tfrecord` package's index: offset and framed length.
-                    index_out.write(f"{sink.size} {len(record) + FRAMING_BYTES}\n".encode())
-                stream.write(frame_record(record))
+                    index_out.write(f"{sink.size} {len(framed)}\n".encode())
+                stream.write(framed)
                 count += 1
                 if ref.label is not None:
                     labels[ref.label] += 1
@@ -244,16 +247,12 @@ def read_payload(ref: RecordRef) -> bytes:
     return data
 
 
-def _materialize(ref: RecordRef, payload: Future | None) -> bytes:
-    """The final record bytes: the planned Example plus, for images, the original file bytes."""
+def _materialize(ref: RecordRef, payload: Future | None) -> tuple[bytes, ...]:
+    """The final record in pieces: the planned Example, with the image file's bytes put in."""
     if payload is None:
-        return ref.example
-    example = codec.parse(ref.example)
-    codec.add_features(example, {IMAGE_ENCODED: ("bytes", (payload.result(),))})
-    record = codec.serialize(example)
-    if len(record) + FRAMING_BYTES != ref.size:
-        raise RuntimeError(f"record of {ref.path} is {len(record)} bytes, planned {ref.size}")
-    return record
+        return (ref.example,)
+    cut = ref.payload_offset
+    return (ref.example[:cut], payload.result(), ref.example[cut:])
 
 
 class WriteErrors(beam.PTransform):

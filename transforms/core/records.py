@@ -94,11 +94,13 @@ class RecordRef(NamedTuple):
         split: the split it belongs to.
         order: its order key (salted hash + key): position within the split.
         size: exact size of the final framed record in bytes.
-        example: the serialized Example, without `image/encoded` when `payload_path` is set.
+        example: the serialized Example; when `payload_path` is set, without the image bytes:
+            they go at `payload_offset` (see schemas.spliced).
         payload_path: the image file to read at write time, or None.
         payload_size: the image's size when probed; a different size at write time is an error.
         path, row: where it came from, for error records.
         label: its class id (the label feature's value), or None; the writers count them.
+        payload_offset: where in `example` the image bytes go.
     """
 
     split: str
@@ -110,6 +112,7 @@ class RecordRef(NamedTuple):
     path: str
     row: int | None
     label: int | None = None
+    payload_offset: int = 0
 
 
 # RecordRefs travel between stages as columns (a pyarrow RecordBatch with these fields): a
@@ -125,6 +128,7 @@ REF_SCHEMA = pa.schema(
         ("path", pa.string()),
         ("row", pa.int64()),
         ("label", pa.int64()),
+        ("payload_offset", pa.int64()),
     ]
 )
 

@@ -153,6 +153,7 @@ class TableRecords:
                 pa.array([path] * count, pa.string()),
                 pa.array(good_rows, pa.int64()),
                 label_column if label_column is not None else pa.nulls(count, pa.int64()),
+                pa.array(np.zeros(count, dtype=np.int64)),  # payload_offset: no payload
             ],
             schema=REF_SCHEMA,
         )

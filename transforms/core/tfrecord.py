@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -19,15 +19,26 @@ _CRC = struct.Struct("<I")
 
 def masked_crc32c(data: bytes) -> int:
     """The CRC32C of `data`, masked as TFRecord defines (rotate right by 15, add a constant)."""
-    crc = google_crc32c.value(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    return _mask(google_crc32c.value(data))
 
 
 def frame_record(data: bytes) -> bytes:
     """Return `data` wrapped in TFRecord framing, ready to append to a .tfrecord file."""
-    length = _LENGTH.pack(len(data))
+    return frame_pieces((data,))
+
+
+def frame_pieces(pieces: Sequence[bytes]) -> bytes:
+    """`frame_record(b"".join(pieces))`, with the pieces copied once (into the result).
+
+    A record assembled from a few pieces (an Example around an image file's bytes) is framed
+    without joining it first: the CRC runs over the pieces in turn.
+    """
+    length = _LENGTH.pack(sum(len(piece) for piece in pieces))
+    crc = 0
+    for piece in pieces:
+        crc = google_crc32c.extend(crc, piece)
     return b"".join(
-        (length, _CRC.pack(masked_crc32c(length)), data, _CRC.pack(masked_crc32c(data)))
+        (length, _CRC.pack(_mask(google_crc32c.value(length))), *pieces, _CRC.pack(_mask(crc)))
     )
 
 
@@ -45,6 +56,10 @@ def frame_records(records: Iterable[bytes]) -> bytes:
         parts.append(data)
         parts.append(_CRC.pack(masked_crc32c(data)))
     return b"".join(parts)
+
+
+def _mask(crc: int) -> int:
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
 class TFRecordCorruption(Exception):
