@@ -53,12 +53,13 @@ from transforms.core.placement import (
     place_cut_bucket,
     whole_shards_of,
 )
-from transforms.core.records import REF_SCHEMA
+from transforms.core.records import REF_SCHEMA, concat_batches
 from transforms.core.sharding import (
     BUCKET_BITS,
     MIB,
     ShardingConfig,
     SplitLayout,
+    buckets_of,
     human_size,
 )
 from transforms.discover import IMAGE_BATCH
@@ -67,6 +68,7 @@ SPLIT = "train"
 GENERATE_CHUNK = 1 << 16  # records drawn from one numpy generator at a time
 SPILL_RANGE_BITS = 8  # cut records spill into 2^8 files, each a range of 2^8 buckets
 SPILL_FLUSH = 2048  # records buffered per spill file before they are appended to it
+SPILL_COMPACT = 64  # buffered pieces joined into one batch
 TALLY_GROUP = 4096  # placed pieces tallied at once
 ORDER_BYTES = 13  # 8 hash bytes, then a 5-byte unique key
 
@@ -233,7 +235,12 @@ class _Spill:
 
     def add(self, split: str, bucket: int, piece: pa.RecordBatch) -> None:
         key = (split, bucket >> (BUCKET_BITS - SPILL_RANGE_BITS))
-        self._buffers[key].append(((split, bucket), piece))
+        buffer = self._buffers[key]
+        buffer.append(piece)
+        if len(buffer) >= SPILL_COMPACT:
+            # Pieces are about a record each at scale, and a RecordBatch object costs ~KBs:
+            # held as one batch they cost their bytes.
+            buffer[:] = [concat_batches(buffer)]
         self._counts[key] += piece.num_rows
         self.buffered += piece.num_rows
         self.max_buffered = max(self.max_buffered, self.buffered)
@@ -242,26 +249,27 @@ class _Spill:
 
     def _flush(self, key: tuple[str, int]) -> None:
         with open(self._path(key), "ab") as f:
-            pickle.dump(self._buffers[key], f, protocol=pickle.HIGHEST_PROTOCOL)
+            batch = concat_batches(self._buffers[key])
+            pickle.dump(batch, f, protocol=pickle.HIGHEST_PROTOCOL)
         self._files.add(key)
         self.buffered -= self._counts[key]
         self._buffers[key], self._counts[key] = [], 0
 
-    def ranges(self) -> Iterator[list[tuple[tuple[str, int], pa.RecordBatch]]]:
-        """Each range's pieces, one range in memory at a time."""
+    def ranges(self) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """Each range's split and records, one range in memory at a time."""
         for key in list(self._buffers):
             if self._buffers[key]:
                 self._flush(key)
         for key in sorted(self._files):
-            records = []
+            batches = []
             with open(self._path(key), "rb") as f:
                 while True:
                     try:
-                        records.extend(pickle.load(f))
+                        batches.append(pickle.load(f))
                     except EOFError:
                         break
             os.remove(self._path(key))
-            yield records
+            yield key[0], concat_batches(batches)
 
 
 def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment: bool = False):
@@ -295,16 +303,18 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
                 cut_records += piece.num_rows
         placed = time.perf_counter()
         cut_buckets, largest_cut_bucket, largest_range = 0, 0, 0
-        for cut_pieces in spill.ranges():
-            largest_range = max(largest_range, sum(p.num_rows for _, p in cut_pieces))
-            by_bucket: dict[tuple[str, int], list[pa.RecordBatch]] = collections.defaultdict(list)
-            for key, piece in cut_pieces:
-                by_bucket[key].append(piece)
-            del cut_pieces
-            for (split, bucket), members in sorted(by_bucket.items()):
+        for split, records in spill.ranges():
+            largest_range = max(largest_range, records.num_rows)
+            # The group of each cut bucket, as GroupCutBuckets would give it.
+            buckets = buckets_of(records.column("order"))
+            order = np.argsort(buckets, kind="stable")
+            bounds = np.flatnonzero(np.diff(buckets[order])) + 1
+            for members in np.split(order, bounds):
+                bucket = int(buckets[members[0]])
                 cut_buckets += 1
-                largest_cut_bucket = max(largest_cut_bucket, sum(p.num_rows for p in members))
-                pieces = list(place_cut_bucket(split, bucket, members, layouts))
+                largest_cut_bucket = max(largest_cut_bucket, len(members))
+                group = [records.take(pa.array(members))]
+                pieces = list(place_cut_bucket(split, bucket, group, layouts))
                 tally.add(pieces)
                 _remember(assignment, pieces)
     finished = time.perf_counter()
