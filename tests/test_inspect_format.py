@@ -12,7 +12,7 @@ from PIL import Image, ImageDraw
 
 from schemas.features import FeatureSpec
 from schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
-from transforms.core.assemble import count_labels
+from transforms.core.assemble import GatheredResults, count_labels
 from transforms.core.contact_sheet import (
     ContactSheet,
     Sample,
@@ -21,7 +21,7 @@ from transforms.core.contact_sheet import (
     render_page,
 )
 from transforms.core.labels import LabelMap, named_counts
-from transforms.core.records import ShardResult
+from transforms.core.records import ErrorFileResult, ShardResult
 from transforms.core.summary import (
     bar,
     describe_image,
@@ -57,6 +57,31 @@ def test_count_labels_sums_the_shards():
     labels = LabelMap(("cat", "dog", "eel"), frozenset({0}))
     assert count_labels(shards, labels) == {"cat": 2, "dog": 3, "eel": 0}
     assert count_labels(shards, LabelMap()) is None  # no labelled source: no counts
+
+
+def test_gathered_results_sum_label_counts_per_split_and_drop_them_from_shards():
+    results = [
+        ShardResult("train", 0, 2, "a", 3, 10, label_counts=((0, 2), (1, 1))),
+        ErrorFileResult("errors/probe.jsonl", "probe", 1, (("CorruptImage", 1),)),
+        ShardResult("train", 1, 2, "b", 2, 10, label_counts=((1, 2),)),
+        ShardResult("test", 0, 1, "c", 1, 10, label_counts=((2, 1),)),
+    ]
+    one, other = GatheredResults(), GatheredResults()
+    for result in results[:2]:
+        one.add(result)
+    for result in results[2:]:
+        other.add(result)
+    gathered = one.merge(other)  # as a combiner merges partial accumulators
+    assert [s.index for s in gathered.shards] == [0, 1, 0]
+    assert all(s.label_counts == () for s in gathered.shards)
+    assert gathered.error_files == [results[1]]
+    assert gathered.label_counts == {"train": {0: 2, 1: 3}, "test": {2: 1}}
+    labels = LabelMap(("cat", "dog", "eel"), frozenset({0}))
+    train = [s for s in gathered.shards if s.split == "train"]
+    # The same counts as summing the shards' own.
+    assert count_labels(train, labels, gathered.label_counts["train"]) == count_labels(
+        [r for r in results if isinstance(r, ShardResult) and r.split == "train"], labels
+    )
 
 
 def _manifest(label_counts=None, labels=("cat", "dog"), name="pets") -> Manifest:

@@ -12,7 +12,13 @@ from apache_beam.io.filesystems import FileSystems
 
 from schemas import tfds_metadata
 from schemas.features import DeclaredFeature
-from transforms.core.assemble import assemble_manifest, error_rate_message, summarize_errors
+from transforms.combiners import TallyCombineFn
+from transforms.core.assemble import (
+    GatheredResults,
+    assemble_manifest,
+    error_rate_message,
+    summarize_errors,
+)
 from transforms.core.errors import ErrorRateExceeded
 from transforms.core.naming import (
     ERRORS_DIR,
@@ -20,7 +26,6 @@ from transforms.core.naming import (
     MANIFEST_FILE_BESIDE_TFDS,
     TFDS_FEATURES_FILE,
 )
-from transforms.core.records import ErrorFileResult, ShardResult
 from transforms.progress import LOGGER
 from transforms.write import publish, temp_folder, write_atomically
 
@@ -46,8 +51,10 @@ class CommitConfig:
 class Commit(beam.PTransform):
     """ShardResults and ErrorFileResults → files renamed into place, then `dataset_info.json`.
 
-    Input: PCollection[ShardResult | ErrorFileResult]. Output: PCollection with the manifest as
-    a dict. Side inputs: the layouts, labels, feature tally, input counts and ignored files.
+    Input: PCollection[ShardResult | ErrorFileResult], gathered into one GatheredResults (label
+    counts summed per split, so the gathered element grows with the shard count only). Output:
+    PCollection with the manifest as a dict. Side inputs: the layouts, labels, feature tally,
+    input counts and ignored files.
     Fails the pipeline (ErrorRateExceeded) when too many inputs failed, after the errors files
     are written and without leaving shards behind.
     """
@@ -61,7 +68,9 @@ class Commit(beam.PTransform):
         layouts, labels, tally, counts, ignored = (beam.pvalue.AsSingleton(p) for p in self._side)
         return (
             results
-            | "GatherResults" >> beam.combiners.ToList()
+            # One GatheredResults: every result, label counts summed per split on the way.
+            | "GatherResults"
+            >> beam.CombineGlobally(TallyCombineFn(GatheredResults, GatheredResults.add))
             | "WriteManifest"
             >> beam.ParDo(_CommitFn(self._config), layouts, labels, tally, counts, ignored)
         )
@@ -73,8 +82,8 @@ class _CommitFn(beam.DoFn):
 
     def process(self, results, layouts, labels, tally, counts, ignored):
         config = self._config
-        shards = [r for r in results if isinstance(r, ShardResult)]
-        error_files = [r for r in results if isinstance(r, ErrorFileResult)]
+        shards = results.shards
+        error_files = results.error_files
         errors = summarize_errors(error_files)
         failure = error_rate_message(
             errors.count,
@@ -109,6 +118,7 @@ class _CommitFn(beam.DoFn):
             options=config.options,
             source=source,
             plan_config=config.plan_config,
+            label_counts=results.label_counts,
         )
         documents = []
         if config.tfds:

@@ -12,6 +12,36 @@ from transforms.core.records import ErrorFileResult, InputCounts, ShardResult
 from transforms.core.sharding import SplitLayout
 
 
+class GatheredResults:
+    """What the writers report, gathered for the commit (a mergeable combiner accumulator).
+
+    Each ShardResult's label counts are summed per split as it arrives and dropped from it:
+    carried to the commit on every ShardResult, they would make one element of shards × classes
+    pairs (hundreds of MB at 100 M images; see docs/scale.md), where the sums are one pair per
+    class and split.
+    """
+
+    def __init__(self) -> None:
+        self.shards: list[ShardResult] = []
+        self.error_files: list[ErrorFileResult] = []
+        self.label_counts: dict[str, collections.Counter] = {}
+
+    def add(self, result: ShardResult | ErrorFileResult) -> None:
+        if isinstance(result, ShardResult):
+            counts = self.label_counts.setdefault(result.split, collections.Counter())
+            counts.update(dict(result.label_counts))
+            self.shards.append(result._replace(label_counts=()))
+        else:
+            self.error_files.append(result)
+
+    def merge(self, other: GatheredResults) -> GatheredResults:
+        self.shards.extend(other.shards)
+        self.error_files.extend(other.error_files)
+        for split, counts in other.label_counts.items():
+            self.label_counts.setdefault(split, collections.Counter()).update(counts)
+        return self
+
+
 def summarize_errors(files: Iterable[ErrorFileResult]) -> ErrorSummary:
     """The quarantine's totals from the errors files written."""
     files = sorted(files, key=lambda f: f.file)
@@ -53,12 +83,18 @@ def split_order(layouts: Mapping[str, SplitLayout], configured: Sequence[str]) -
     return [s for s in configured if s in layouts] + sorted(set(layouts) - set(configured))
 
 
-def count_labels(shards: Iterable[ShardResult], labels: LabelMap) -> dict[str, int] | None:
+def count_labels(
+    shards: Iterable[ShardResult], labels: LabelMap, summed: Mapping[int, int] | None = None
+) -> dict[str, int] | None:
     """{class name: records} of a split in id order (every class, even absent ones), or
-    {id as text: records} for numeric labels; None when the dataset has no labels."""
+    {id as text: records} for numeric labels; None when the dataset has no labels.
+
+    The counts are the shards' own, plus `summed` ({class id: records}) when they were summed
+    before (GatheredResults).
+    """
     if not labels.labelled_sources:
         return None
-    counts: collections.Counter = collections.Counter()
+    counts: collections.Counter = collections.Counter(summed or {})
     for shard in shards:
         counts.update(dict(shard.label_counts))
     return named_counts(counts, labels.names)
@@ -81,11 +117,13 @@ def assemble_manifest(
     options: Mapping,
     source: Mapping,
     plan_config: Mapping,
+    label_counts: Mapping[str, Mapping[int, int]] | None = None,
 ) -> Manifest:
     """Build the manifest, refusing (RuntimeError) if a shard is missing or counts do not add up.
 
     Both checks guard against runner faults (a lost bundle, a duplicated one): a manifest is
-    only ever written for a dataset that is complete.
+    only ever written for a dataset that is complete. `label_counts` ({split: {class id:
+    records}}) adds counts already summed from the shards (GatheredResults).
     """
     by_split: dict[str, dict[int, ShardResult]] = collections.defaultdict(dict)
     for shard in shards:
@@ -102,7 +140,7 @@ def assemble_manifest(
         ordered = [written[i] for i in range(expected)]
         splits[split] = SplitInfo(
             tuple(ShardInfo(s.file, s.num_records, s.num_bytes, s.index_file) for s in ordered),
-            count_labels(ordered, labels),
+            count_labels(ordered, labels, (label_counts or {}).get(split)),
         )
     if by_split:
         raise RuntimeError(f"shards written for unplanned splits {sorted(by_split)}")
