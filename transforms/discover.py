@@ -151,16 +151,16 @@ class _ReadCsvFn(beam.DoFn):
                 for item in read_csv_rows(stream, self._schema, source_name=relative):
                     row = item.row
                     if isinstance(item, RowError):
-                        yield _error(path, item.row, item.error)
+                        yield read_error(path, item.row, item.error)
                         continue
                     try:
                         yield self._candidate(source, path, relative, row, item.values)
                     except InputError as error:
-                        yield _error(path, item.row, error)
+                        yield read_error(path, item.row, error)
         except InputError as error:
-            yield _error(path, None, error, after_row=row)
+            yield read_error(path, None, error, after_row=row)
         except STORAGE_ERRORS as error:
-            yield _error(path, None, InputError("UnreadableCsv", str(error)), after_row=row)
+            yield read_error(path, None, InputError("UnreadableCsv", str(error)), after_row=row)
 
     def _candidate(self, source, path, relative, row, values) -> Candidate:
         roles = self._roles
@@ -213,7 +213,8 @@ def _label(values: dict, column: str) -> str | int:
     return _text(values, column, "MissingLabel")
 
 
-def _error(path: str, row: int | None, error: InputError, after_row: int | None = None):
+def read_error(path: str, row: int | None, error: InputError, after_row: int | None = None):
+    """A CSV row or file that could not be read, as an ERRORS output naming the file and row."""
     message = error.message
     if row is None and after_row is not None:
         message = f"{message} (after row {after_row}; later rows were not read)"

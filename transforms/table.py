@@ -18,8 +18,9 @@ from transforms.core.csv_rows import RowError, read_csv_batches
 from transforms.core.errors import InputError
 from transforms.core.labels import LabelMap, LabelTally, resolve_labels
 from transforms.core.paths import relative_path
-from transforms.core.records import STAGE_READ, CsvRoles, ErrorRecord, Source
+from transforms.core.records import CsvRoles, Source
 from transforms.core.table_records import TableRecords
+from transforms.discover import read_error
 from transforms.progress import Progress
 
 ERRORS = "errors"
@@ -135,7 +136,7 @@ class _ReadTableFn(beam.DoFn):
                     if isinstance(item, RowError):
                         last_row = item.row
                         if not self._collect_labels:
-                            yield _error(path, item.row, item.error)
+                            yield read_error(path, item.row, item.error)
                         continue
                     if item.num_rows:
                         last_row = int(item.rows[-1])
@@ -160,11 +161,11 @@ class _ReadTableFn(beam.DoFn):
                     self._shapes.update(dict(chunk.shapes))
         except InputError as error:
             if not self._collect_labels:
-                yield _error(path, None, error, after_row=last_row)
+                yield read_error(path, None, error, after_row=last_row)
         except OSError as error:
             if not self._collect_labels:
                 error = InputError("UnreadableCsv", str(error))
-                yield _error(path, None, error, after_row=last_row)
+                yield read_error(path, None, error, after_row=last_row)
         if self._collect_labels:
             yield (source.index, sorted(labels))
 
@@ -177,11 +178,3 @@ class _ReadTableFn(beam.DoFn):
         self._shapes.clear()
         # One tally per bundle, not an element per record.
         yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
-
-
-def _error(path: str, row: int | None, error: InputError, after_row: int | None = None):
-    message = error.message
-    if row is None and after_row is not None:
-        message = f"{message} (after row {after_row}; later rows were not read)"
-    record = ErrorRecord(path, row, STAGE_READ, error.kind, message)
-    return beam.pvalue.TaggedOutput(ERRORS, record)
