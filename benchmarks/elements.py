@@ -37,6 +37,7 @@ from transforms.core.records import (
     ShardResult,
     Source,
     pack,
+    piece_rows,
     ref_batch,
 )
 from transforms.core.sharding import (
@@ -127,7 +128,7 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     if not cut:
         buckets = buckets_of(refs.column("order"))
         cut = [(("train", int(b)), refs.filter(buckets == b)) for b in np.unique(buckets).tolist()]
-    cut_records = sum(piece.num_rows for _, piece in cut)
+    cut_records = sum(piece_rows(piece) for _, piece in cut)
 
     def size(stage, element) -> int:
         return len(coders[stage].encode(element))
@@ -148,7 +149,7 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
         / n,
         "records of cut buckets": sum(size("records of cut buckets", c) for c in cut) / cut_records,
         "pieces by shard (batches → shards)": sum(size("pieces by shard", item) for item in pieces)
-        / max(1, sum(p.num_rows for _, p in pieces)),
+        / max(1, sum(piece_rows(p) for _, p in pieces)),
         # A cut bucket's records are placed together: few, large pieces per bucket.
         "pieces by shard (cut buckets → shards)": size(
             "pieces by shard", (("train", 0), whole_cut_batch)

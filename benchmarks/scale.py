@@ -53,7 +53,7 @@ from transforms.core.placement import (
     place_cut_bucket,
     whole_shards_of,
 )
-from transforms.core.records import REF_SCHEMA, concat_batches
+from transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
 from transforms.core.sharding import (
     BUCKET_BITS,
     MIB,
@@ -188,7 +188,7 @@ class _ShardTally:
         self._pending: dict[str, list[tuple[int, pa.RecordBatch]]] = collections.defaultdict(list)
         self._pending_count = 0
 
-    def add(self, pieces: Iterable[tuple[tuple[str, int], pa.RecordBatch]]) -> None:
+    def add(self, pieces: Iterable[tuple[tuple[str, int], RefPiece]]) -> None:
         for (split, shard), records in pieces:
             if not 0 <= shard < self._num_shards.get(split, 0):
                 self.unplanned.append((split, shard))
@@ -203,9 +203,8 @@ class _ShardTally:
             if not pending:
                 continue
             shards = np.array([shard for shard, _ in pending], np.int64)
-            lengths = np.array([records.num_rows for _, records in pending], np.int64)
-            joined = pa.Table.from_batches([records for _, records in pending]).combine_chunks()
-            (joined,) = joined.to_batches() or [pa.RecordBatch.from_pylist([], REF_SCHEMA)]
+            lengths = np.array([piece_rows(records) for _, records in pending], np.int64)
+            joined = concat_batches([records for _, records in pending])
             sizes = joined.column("size").to_numpy(zero_copy_only=False)
             np.add.at(self.bytes[split], np.repeat(shards, lengths), sizes)
             np.add.at(self.records[split], shards, lengths)
@@ -241,8 +240,8 @@ class _Spill:
             # Pieces are about a record each at scale, and a RecordBatch object costs ~KBs:
             # held as one batch they cost their bytes.
             buffer[:] = [concat_batches(buffer)]
-        self._counts[key] += piece.num_rows
-        self.buffered += piece.num_rows
+        self._counts[key] += piece_rows(piece)
+        self.buffered += piece_rows(piece)
         self.max_buffered = max(self.max_buffered, self.buffered)
         if self._counts[key] >= SPILL_FLUSH:
             self._flush(key)
@@ -300,7 +299,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
             _remember(assignment, pieces)
             for (split, bucket), piece in cut:
                 spill.add(split, bucket, piece)
-                cut_records += piece.num_rows
+                cut_records += piece_rows(piece)
         placed = time.perf_counter()
         cut_buckets, largest_cut_bucket, largest_range = 0, 0, 0
         for split, records in spill.ranges():
@@ -351,7 +350,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
 def _remember(assignment, pieces) -> None:
     if assignment is not None:
         for (_, shard), records in pieces:
-            for order in records.column("order").to_pylist():
+            for order in concat_batches([records]).column("order").to_pylist():
                 assignment[order] = shard
 
 

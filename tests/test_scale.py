@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from transforms.core.records import concat_batches
 from transforms.core.sharding import MIB, ShardingConfig, assign_all
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def test_a_lost_record_fails_the_checks(monkeypatch):
     def lose_one(split, bucket, batches, layouts):
         pieces = list(real(split, bucket, batches, layouts))
         key, records = pieces[0]
-        pieces[0] = (key, records.slice(1))
+        pieces[0] = (key, concat_batches([records]).slice(1))
         return pieces
 
     monkeypatch.setattr(scale, "place_cut_bucket", lose_one)

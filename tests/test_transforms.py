@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -19,8 +21,11 @@ from transforms.core.records import (
     ImageInfo,
     RecordRef,
     Source,
+    concat_batches,
+    piece_rows,
     ref_batch,
     refs_of,
+    take_piece,
 )
 from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.discover import ListInputs
@@ -62,6 +67,23 @@ def test_list_inputs_finds_files_and_tags_hidden_ones(tmp_path):
 
 def _ref(index: int, size: int, split: str = "train") -> RecordRef:
     return RecordRef(split, order_key("s", f"0:{index}"), size, b"", None, 0, f"/x/{index}", None)
+
+
+def test_small_pieces_travel_as_plain_columns_and_concatenate_in_order():
+    refs = [_ref(i, 100 + i) for i in range(100)]
+    batch, lists = ref_batch(refs), []
+    small = take_piece(batch, np.array([5, 3]), lists)
+    large = take_piece(batch, np.arange(40, 80), lists)
+    assert isinstance(small, tuple) and isinstance(large, pa.RecordBatch)
+    assert [piece_rows(small), piece_rows(large)] == [2, 40]
+    joined = concat_batches([small, large, take_piece(batch, np.array([9]), lists)])
+    assert refs_of(joined) == [refs[5], refs[3], *refs[40:80], refs[9]]
+    assert refs_of(small) == [refs[5], refs[3]]
+    # What Beam's default coder makes of a one-record piece: its values, not a schema.
+    coder = beam.coders.FastPrimitivesCoder()
+    as_lists = coder.encode(take_piece(batch, np.array([7]), lists))
+    as_batch = coder.encode(batch.take(pa.array([7])))
+    assert len(as_lists) * 2 < len(as_batch)
 
 
 @pytest.mark.parametrize("batch_size", [1, 37, 1000])

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.core.records import concat_batches, sorted_by_order
+from transforms.core.records import RefPiece, concat_batches, sorted_by_order, take_piece
 from transforms.core.sharding import (
     NUM_BUCKETS,
     ShardingConfig,
@@ -28,9 +28,9 @@ from transforms.core.sharding import (
 )
 
 # ((split, shard index), some of the shard's records)
-Piece = tuple[tuple[str, int], pa.RecordBatch]
+Piece = tuple[tuple[str, int], RefPiece]
 # ((split, bucket), some records of a bucket that a shard boundary cuts)
-CutPiece = tuple[tuple[str, int], pa.RecordBatch]
+CutPiece = tuple[tuple[str, int], RefPiece]
 
 
 def bucket_totals(batch: pa.RecordBatch) -> dict[str, np.ndarray]:
@@ -86,28 +86,30 @@ def place_batch(
     `whole` is `whole_shards_of(layouts)`."""
     pieces: list[Piece] = []
     cut: list[CutPiece] = []
+    lists: list = []  # the batch's columns as lists, made for the first small piece
     buckets = buckets_of(batch.column("order"))
     for split, rows in _groups(batch.column("split")):
         shards = whole[split][buckets[rows]]
         for shard, positions in _int_groups(shards):
             if shard >= 0:
-                pieces.append(((split, shard), batch.take(pa.array(rows[positions]))))
+                pieces.append(((split, shard), take_piece(batch, rows[positions], lists)))
                 continue
             cut_rows = rows[positions]
             for bucket, members in _int_groups(buckets[cut_rows]):
-                cut.append(((split, bucket), batch.take(pa.array(cut_rows[members]))))
+                cut.append(((split, bucket), take_piece(batch, cut_rows[members], lists)))
     return pieces, cut
 
 
 def place_cut_bucket(
-    split: str, bucket: int, batches: Iterable[pa.RecordBatch], layouts: Mapping[str, SplitLayout]
+    split: str, bucket: int, batches: Iterable[RefPiece], layouts: Mapping[str, SplitLayout]
 ) -> Iterator[Piece]:
     """Every record of one cut bucket → its records grouped by shard, in order-key order."""
     ordered = sorted_by_order(concat_batches(batches))
     sizes = ordered.column("size").to_pylist()
     shards = np.array(assign_bucket(layouts[split], bucket, sizes), dtype=np.int64)
+    lists: list = []
     for shard, positions in _int_groups(shards):
-        yield (split, shard), ordered.take(pa.array(positions))
+        yield (split, shard), take_piece(ordered, positions, lists)
 
 
 def _groups(splits: pa.Array):

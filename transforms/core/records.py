@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import pyarrow as pa
@@ -143,14 +143,64 @@ def ref_batch(refs: Iterable[RecordRef]) -> pa.RecordBatch:
     )
 
 
-def concat_batches(batches: Iterable[pa.RecordBatch]) -> pa.RecordBatch:
-    """One columnar batch of RecordRefs holding those of `batches`, in order."""
-    table = pa.Table.from_batches(list(batches), schema=REF_SCHEMA).combine_chunks()
+# A piece of a few records crosses a shuffle as plain column lists, not as a RecordBatch: Beam
+# pickles a RecordBatch with its schema (~1.3 KB however few its rows), while lists of plain
+# values take its native coder. With thousands of shards a 256-record batch falls apart into
+# pieces of a record or two, so this halves the shuffle bytes per record there.
+SMALL_PIECE_ROWS = 32
+# REF_SCHEMA's columns as Python lists, one value per record.
+RefColumns = tuple[list, ...]
+RefPiece = pa.RecordBatch | RefColumns
+
+
+def take_piece(batch: pa.RecordBatch, positions: Sequence[int], lists: list) -> RefPiece:
+    """The records of `batch` at `positions`, as a RefPiece.
+
+    `lists` caches the batch's columns as Python lists between calls: pass the same list, empty
+    at first, for every piece of one batch.
+    """
+    if len(positions) >= SMALL_PIECE_ROWS:
+        return batch.take(pa.array(positions, pa.int64()))
+    if not lists:
+        lists.extend(column.to_pylist() for column in batch.columns)
+    rows = [int(i) for i in positions]
+    return tuple([column[i] for i in rows] for column in lists)
+
+
+def piece_rows(piece: RefPiece) -> int:
+    """How many records a RefPiece holds."""
+    return piece.num_rows if isinstance(piece, pa.RecordBatch) else len(piece[0])
+
+
+def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
+    """One columnar batch of RecordRefs holding those of `pieces` (RefPieces), in order."""
+    batches: list[pa.RecordBatch] = []
+    pending: list[list] = [[] for _ in REF_SCHEMA]
+    for piece in pieces:
+        if isinstance(piece, pa.RecordBatch):
+            batches.append(_columns_batch(pending))
+            batches.append(piece)
+        else:
+            for mine, theirs in zip(pending, piece, strict=True):
+                mine.extend(theirs)
+    batches.append(_columns_batch(pending))
+    table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=REF_SCHEMA)
     columns = [
-        column.chunk(0) if column.num_chunks else pa.array([], column.type)
+        column.combine_chunks() if column.num_chunks else pa.array([], column.type)
         for column in table.columns
     ]
     return pa.RecordBatch.from_arrays(columns, schema=REF_SCHEMA)
+
+
+def _columns_batch(pending: list[list]) -> pa.RecordBatch:
+    """The records gathered in `pending` (column lists) as a RecordBatch; `pending` emptied."""
+    batch = pa.record_batch(
+        [pa.array(values, f.type) for values, f in zip(pending, REF_SCHEMA, strict=True)],
+        schema=REF_SCHEMA,
+    )
+    for values in pending:
+        values.clear()
+    return batch
 
 
 def sorted_by_order(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -158,9 +208,12 @@ def sorted_by_order(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.take(pa.compute.sort_indices(batch.column("order")))
 
 
-def refs_of(batch: pa.RecordBatch | pa.Table) -> list[RecordRef]:
-    """The RecordRefs of a columnar batch, in its order."""
-    columns = [batch.column(name).to_pylist() for name in REF_SCHEMA.names]
+def refs_of(piece: RefPiece | pa.Table) -> list[RecordRef]:
+    """The RecordRefs of a columnar batch (or RefPiece), in its order."""
+    if isinstance(piece, tuple):
+        columns = piece
+    else:
+        columns = [piece.column(name).to_pylist() for name in REF_SCHEMA.names]
     return [RecordRef._make(values) for values in zip(*columns, strict=True)]
 
 
