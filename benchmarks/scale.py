@@ -466,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         sharding=ShardingConfig(num_hosts=args.hosts, max_shard_bytes=args.max_shard_mb * MIB),
     )
+    if args.spill_dir:
+        os.makedirs(args.spill_dir, exist_ok=True)  # a new folder is fine: it only holds temp files
     report, layouts, _ = simulate(config, args.spill_dir)
     if not args.no_elements:
         from benchmarks.elements import measure_elements
