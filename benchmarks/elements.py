@@ -55,7 +55,7 @@ ROOT = "gs://example-datasets/imagenet/train"
 SHUFFLED = {
     "spread candidates (Reshuffle)": "SpreadImageOpens/ReshufflePerKey/GroupByKey",
     "bucket totals (combine)": "PlanShards/SumTotals/CombinePerKey/GroupByKey",
-    "records of cut buckets": "PlanShards/GroupCutBuckets",
+    "records of cut buckets": "PlanShards/SettleCutBuckets/GroupCutBuckets",
     "pieces by shard": "WriteShards/GroupByShard",
     "commit results (combine)": "Commit/GatherResults/CombinePerKey/GroupByKey",
     "errors by stage": "WriteErrors/GroupByStage",

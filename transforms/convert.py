@@ -22,8 +22,8 @@ from transforms.core.sharding import ShardingConfig
 from transforms.discover import CSV_FILES, IGNORED, ListInputs
 from transforms.probe import ProbeImages
 from transforms.shard import PlanShards
-from transforms.table import ReadTable
-from transforms.write import WriteErrors, WriteShards, write_atomically
+from transforms.table import PlaceTable, ReadTable
+from transforms.write import WriteErrors, WriteShards, temp_folder, write_atomically
 
 ERRORS = "errors"
 
@@ -113,10 +113,13 @@ class _Planned(beam.PTransform):
             TallyCombineFn(FeatureTally, FeatureTally.merge)
         )
         planned = built["records"] | "PlanShards" >> PlanShards(
-            config.sharding, config.configured_splits, assign=self._assign
+            config.sharding, config.configured_splits, assign=self._assign and not tabular
         )
+        assigned = planned.get("assigned")
+        if tabular and self._assign:
+            assigned = self._place_table(built["files"], labels, planned["layouts"])
         return {
-            "assigned": planned.get("assigned"),
+            "assigned": assigned,
             "layouts": planned["layouts"],
             "labels": labels,
             "tally": tally,
@@ -164,10 +167,23 @@ class _Planned(beam.PTransform):
             salt=config.salt,
             label_mode=config.label_mode,
             source_indices=[s.index for s in config.sources],
-            # Planning needs each record's size, not its bytes.
-            with_examples=self._assign,
+            # Planning needs each record's size, not its bytes: PlaceTable encodes them later.
+            with_examples=False,
         )
         return built, built["labels"]
+
+    def _place_table(self, files, labels, layouts):
+        """CSV files, read again once the plan exists → encoded records in pieces by shard."""
+        config = self._config
+        return files | "PlaceTable" >> PlaceTable(
+            config.csv_schema,
+            config.roles,
+            splits=config.splits,
+            salt=config.salt,
+            labels=labels,
+            layouts=layouts,
+            spill_dir=temp_folder(config.output, config.run_id),
+        )
 
 
 def _is_plain_table(config: ConvertConfig) -> bool:

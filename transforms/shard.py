@@ -57,16 +57,30 @@ class PlanShards(beam.PTransform):
         placed = batches | "AssignShards" >> beam.ParDo(
             _AssignBatchFn(), beam.pvalue.AsSingleton(layouts)
         ).with_outputs(CUT, main="pieces")
-        # Records of the few buckets a shard boundary cuts: ((split, bucket), RecordBatch) →
-        # sorted by order key within their bucket to find which side of the boundary they fall.
-        settled = (
-            placed[CUT]
-            | "GroupCutBuckets" >> beam.GroupByKey()
-            | "AssignCutBuckets"
-            >> beam.ParDo(_AssignCutBucketFn(), beam.pvalue.AsSingleton(layouts))
-        )
+        settled = placed[CUT] | SettleCutBuckets(layouts)
         assigned = (placed.pieces, settled) | "AllPieces" >> beam.Flatten()
         return {"assigned": assigned, "layouts": layouts}
+
+
+class SettleCutBuckets(beam.PTransform):
+    """Records of the few buckets a shard boundary cuts → pieces by shard.
+
+    Input: PCollection[((split, bucket), RefPiece)]; each bucket's records are sorted by order
+    key to find which side of the boundary they fall. Output: PCollection[((split, shard),
+    RefPiece)]. `layouts` is the PlanShards layouts PCollection.
+    """
+
+    def __init__(self, layouts) -> None:
+        super().__init__()
+        self._layouts = layouts
+
+    def expand(self, cut):
+        return (
+            cut
+            | "GroupCutBuckets" >> beam.GroupByKey()
+            | "AssignCutBuckets"
+            >> beam.ParDo(_AssignCutBucketFn(), beam.pvalue.AsSingleton(self._layouts))
+        )
 
 
 class _SumTotalsFn(beam.CombineFn):
@@ -88,25 +102,32 @@ class _SumTotalsFn(beam.CombineFn):
         return totals
 
 
-class _AssignBatchFn(beam.DoFn):
-    """A batch → ((split, shard), records) pieces; records of cut buckets go to CUT."""
+class WholeShards:
+    """`whole_shards_of(layouts)`, computed once per layouts object: a side input is the same
+    object for every element of a bundle."""
 
-    def setup(self):
+    def __init__(self) -> None:
         self._cached = (None, {})
 
-    def process(self, batch: pa.RecordBatch, layouts: Mapping[str, SplitLayout]):
-        pieces, cut = place_batch(batch, self._whole_shards(layouts))
-        yield from pieces
-        for piece in cut:
-            yield beam.pvalue.TaggedOutput(CUT, piece)
-
-    def _whole_shards(self, layouts):
-        # The side input is the same object for every batch of a bundle: compute once.
+    def of(self, layouts: Mapping[str, SplitLayout]):
         key, whole = self._cached
         if key is not layouts:
             whole = whole_shards_of(layouts)
             self._cached = (layouts, whole)
         return whole
+
+
+class _AssignBatchFn(beam.DoFn):
+    """A batch → ((split, shard), records) pieces; records of cut buckets go to CUT."""
+
+    def setup(self):
+        self._whole = WholeShards()
+
+    def process(self, batch: pa.RecordBatch, layouts: Mapping[str, SplitLayout]):
+        pieces, cut = place_batch(batch, self._whole.of(layouts))
+        yield from pieces
+        for piece in cut:
+            yield beam.pvalue.TaggedOutput(CUT, piece)
 
 
 class _AssignCutBucketFn(beam.DoFn):

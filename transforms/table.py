@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
@@ -18,10 +20,13 @@ from transforms.core.csv_rows import RowError, read_csv_batches
 from transforms.core.errors import InputError
 from transforms.core.labels import LabelMap, LabelTally, resolve_labels
 from transforms.core.paths import relative_path
+from transforms.core.placement import place_batch
 from transforms.core.records import CsvRoles, Source
 from transforms.core.table_records import TableRecords
 from transforms.discover import read_error
 from transforms.progress import Progress
+from transforms.shard import CUT, SettleCutBuckets, WholeShards
+from transforms.spill import SpillWriter
 
 ERRORS = "errors"
 TALLY = "tally"
@@ -39,9 +44,11 @@ class ReadTable(beam.PTransform):
         main: PCollection[pyarrow.RecordBatch] of RecordRefs (records.REF_SCHEMA).
         errors: PCollection[ErrorRecord] for bad rows and files.
         tally: PCollection[FeatureTally], partial counts of which features records hold.
-    Also has `labels`: the run's LabelMap (one element). Text labels are numbered by the sorted
-    class names of every good row, so those take a first pass over the files (read and
-    validated, not encoded); without text labels no pass is needed.
+    Also has `labels`: the run's LabelMap (one element), and `files`: the input, spread over
+    workers (for PlaceTable's second read). Text labels are numbered by the sorted class names
+    of every good row, so those take a first pass over the files (read and validated, not
+    encoded); without text labels no pass is needed. With `with_examples=False` the records
+    are sized but carry no Example bytes (planning, and the first pass of a conversion).
     """
 
     def __init__(
@@ -85,6 +92,7 @@ class ReadTable(beam.PTransform):
             ERRORS: built[ERRORS],
             TALLY: built[TALLY],
             "labels": labels,
+            "files": files,
         }
 
 
@@ -124,48 +132,29 @@ class _ReadTableFn(beam.DoFn):
 
     def process(self, source_and_path: tuple[Source, str], label_map: LabelMap | None = None):
         source, path = source_and_path
-        relative = relative_path(path, source.root)
         labels: set[str] = set()
-        last_row = None
-        try:
-            with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
-                batches = read_csv_batches(
-                    stream, self._args[0], source_name=relative, block_size=_BLOCK_BYTES
-                )
-                for item in batches:
-                    if isinstance(item, RowError):
-                        last_row = item.row
-                        if not self._collect_labels:
-                            yield read_error(path, item.row, item.error)
-                        continue
-                    if item.num_rows:
-                        last_row = int(item.rows[-1])
-                    elif item.skipped:
-                        last_row = item.skipped[-1].row
-                    chunk = self._records.make(
-                        item,
-                        source.index,
-                        path,
-                        relative,
-                        None if self._collect_labels else label_map,
-                        with_examples=self._with_examples,
-                    )
-                    self._progress.add(item.num_rows)
-                    if self._collect_labels:
-                        labels.update(chunk.labels)
-                        continue
-                    for error in chunk.errors:
-                        yield beam.pvalue.TaggedOutput(ERRORS, error)
-                    if chunk.refs is not None:
-                        yield chunk.refs
-                    self._shapes.update(dict(chunk.shapes))
-        except InputError as error:
-            if not self._collect_labels:
-                yield read_error(path, None, error, after_row=last_row)
-        except OSError as error:
-            if not self._collect_labels:
-                error = InputError("UnreadableCsv", str(error))
-                yield read_error(path, None, error, after_row=last_row)
+        chunks = _read_chunks(
+            self._records,
+            source,
+            path,
+            None if self._collect_labels else label_map,
+            with_examples=self._with_examples,
+        )
+        for item in chunks:
+            if isinstance(item, beam.pvalue.TaggedOutput):  # a row or the file failed
+                if not self._collect_labels:
+                    yield item
+                continue
+            num_rows, chunk = item
+            self._progress.add(num_rows)
+            if self._collect_labels:
+                labels.update(chunk.labels)
+                continue
+            for error in chunk.errors:
+                yield beam.pvalue.TaggedOutput(ERRORS, error)
+            if chunk.refs is not None:
+                yield chunk.refs
+            self._shapes.update(dict(chunk.shapes))
         if self._collect_labels:
             yield (source.index, sorted(labels))
 
@@ -178,3 +167,117 @@ class _ReadTableFn(beam.DoFn):
         self._shapes.clear()
         # One tally per bundle, not an element per record.
         yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
+
+
+def _read_chunks(
+    records: TableRecords,
+    source: Source,
+    path: str,
+    label_map: LabelMap | None,
+    *,
+    with_examples: bool,
+):
+    """One CSV file's batches of rows as (rows in the batch, TableChunk), in file order, and
+    the rows and the file that could not be read as ERRORS outputs (ErrorRecords)."""
+    relative = relative_path(path, source.root)
+    last_row = None
+    try:
+        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
+            batches = read_csv_batches(
+                stream, records.schema, source_name=relative, block_size=_BLOCK_BYTES
+            )
+            for item in batches:
+                if isinstance(item, RowError):
+                    last_row = item.row
+                    yield read_error(path, item.row, item.error)
+                    continue
+                if item.num_rows:
+                    last_row = int(item.rows[-1])
+                elif item.skipped:
+                    last_row = item.skipped[-1].row
+                chunk = records.make(
+                    item, source.index, path, relative, label_map, with_examples=with_examples
+                )
+                yield item.num_rows, chunk
+    except InputError as error:
+        yield read_error(path, None, error, after_row=last_row)
+    except OSError as error:
+        error = InputError("UnreadableCsv", str(error))
+        yield read_error(path, None, error, after_row=last_row)
+
+
+class PlaceTable(beam.PTransform):
+    """(Source, CSV path) → the tables' records, encoded, in pieces by shard.
+
+    The second read of the files, once the plan exists: ReadTable's pass sized the records
+    (and reported every bad row and file), this one encodes them and places each straight into
+    its shard, so encoded records never wait for the plan in the runner's memory. With
+    `spill_dir`, pieces are parked in spill files there and only references (SpilledPiece)
+    travel on (transforms/spill.py); small pieces travel as they are.
+
+    Input: PCollection[(Source, str)], the `files` output of ReadTable. Output:
+    PCollection[((split, shard), RefPiece | SpilledPiece)], for WriteShards.
+    """
+
+    def __init__(
+        self,
+        schema: CsvSchema,
+        roles: CsvRoles,
+        *,
+        splits,
+        salt: str,
+        labels,
+        layouts,
+        spill_dir: str | None = None,
+    ) -> None:
+        super().__init__()
+        self._fn = _PlaceTableFn(schema, roles, tuple(splits), salt, spill_dir)
+        self._labels = labels
+        self._layouts = layouts
+
+    def expand(self, files):
+        placed = files | "EncodeAndPlace" >> beam.ParDo(
+            self._fn,
+            beam.pvalue.AsSingleton(self._labels),
+            beam.pvalue.AsSingleton(self._layouts),
+        ).with_outputs(CUT, main="pieces")
+        settled = placed[CUT] | SettleCutBuckets(self._layouts)
+        return (placed.pieces, settled) | "AllTablePieces" >> beam.Flatten()
+
+
+class _PlaceTableFn(beam.DoFn):
+    """(Source, CSV path) → ((split, shard), piece); pieces of cut buckets → CUT.
+
+    Bad rows and files are skipped: ReadTable's pass reported them. Should a file read
+    differently this time (changed during the run), the record counts no longer add up and the
+    commit refuses the run.
+    """
+
+    def __init__(self, schema: CsvSchema, roles: CsvRoles, splits, salt: str, spill_dir) -> None:
+        self._args = (schema, roles, splits, salt)
+        self._spill_dir = spill_dir
+
+    def setup(self):
+        self._records = TableRecords(*self._args)
+        self._whole = WholeShards()
+        self._progress = Progress("csv_rows_encoded", "encoded", "CSV rows")
+
+    def process(self, source_and_path: tuple[Source, str], label_map: LabelMap, layouts):
+        source, path = source_and_path
+        whole = self._whole.of(layouts)
+        with contextlib.ExitStack() as stack:
+            spill = stack.enter_context(SpillWriter(self._spill_dir)) if self._spill_dir else None
+            for item in _read_chunks(self._records, source, path, label_map, with_examples=True):
+                if isinstance(item, beam.pvalue.TaggedOutput):
+                    continue  # reported by ReadTable
+                num_rows, chunk = item
+                self._progress.add(num_rows)
+                if chunk.refs is None:
+                    continue
+                pieces, cut = place_batch(chunk.refs, whole)
+                for piece in cut:
+                    yield beam.pvalue.TaggedOutput(CUT, piece)
+                for key, piece in pieces:
+                    if spill is not None and isinstance(piece, pa.RecordBatch):
+                        piece = spill.add(piece)
+                    yield key, piece

@@ -34,6 +34,7 @@ from transforms.core.records import (
 from transforms.core.sharding import SplitLayout
 from transforms.core.tfrecord import frame_pieces, frame_records
 from transforms.progress import LOGGER
+from transforms.spill import unspilled
 from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
@@ -49,7 +50,7 @@ def temp_folder(output: str, run_id: str) -> str:
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), RecordRef batch) pieces → shard files, one per (split, shard).
+    """((split, shard), RefPiece or SpilledPiece) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
         main: PCollection[ShardResult], one per shard file written under a temporary name
@@ -119,7 +120,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted_by_order(concat_batches(pieces))
+        ordered = sorted_by_order(concat_batches(unspilled(pieces)))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:

@@ -167,6 +167,16 @@ def take_piece(batch: pa.RecordBatch, positions: Sequence[int], lists: list) -> 
     return tuple([column[i] for i in rows] for column in lists)
 
 
+class SpilledPiece(NamedTuple):
+    """A RefPiece parked in a spill file (transforms/spill.py): an Arrow IPC stream of one
+    RecordBatch at bytes [offset, offset + length) of `path`, holding `rows` records."""
+
+    path: str
+    offset: int
+    length: int
+    rows: int
+
+
 def piece_rows(piece: RefPiece) -> int:
     """How many records a RefPiece holds."""
     return piece.num_rows if isinstance(piece, pa.RecordBatch) else len(piece[0])

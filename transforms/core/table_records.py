@@ -61,6 +61,7 @@ class TableRecords:
     ) -> None:
         if roles.image_column:
             raise ValueError("tables with an image column are built row by row")
+        self.schema = schema
         self._features = csv_feature_columns(schema, roles)
         self._label = schema.column(roles.label_column) if roles.label_column else None
         self._split = schema.column(roles.split_column) if roles.split_column else None
