@@ -40,7 +40,7 @@ def read_sample(
     # IO threads). Rows are counted on a prefix that doubles until it holds max_rows + 1 rows: only
     # the prefix's last record can be cut off, so the first max_rows are complete.
     source = TerminatedStream(stream)
-    data = source.read(_SAMPLE_BLOCK_SIZE)
+    data = bytes(source.read(_SAMPLE_BLOCK_SIZE))
     names = header_names(data, delimiter)
     size = _SAMPLE_BLOCK_SIZE
     while True:
@@ -48,7 +48,7 @@ def read_sample(
         if len(data) < size or table.num_rows > max_rows:
             return list(names), table.slice(0, max_rows)
         size *= 2
-        data += source.read(size - len(data))
+        data += source.read(size - len(data))  # bytes += any bytes-like object
 
 
 def infer_dtype(values: pa.Array | pa.ChunkedArray, null_values: Sequence[str]) -> str:

@@ -598,3 +598,39 @@ def test_stopping_early_leaves_no_read_running_on_pyarrows_thread(mode):
     assert stream.finished == stream.started, "a read was still running"
     time.sleep(0.3)
     assert stream.started == reads_when_done, "the stream was read after the caller was done"
+
+
+class _ReadOnly:
+    """A stream with `read` only (like Beam's compressed files): no `readinto`."""
+
+    def __init__(self, data: bytes) -> None:
+        self._inner = io.BytesIO(data)
+
+    def read(self, size: int = -1) -> bytes:
+        # Short reads, and sometimes more than asked for (as some streams do).
+        return self._inner.read(3 if size > 3 else size + 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    data=st.binary(max_size=300).map(lambda b: b.replace(b"\r", b"x")),
+    sizes=st.lists(st.integers(min_value=0, max_value=70), min_size=1, max_size=30),
+    readinto=st.booleans(),
+)
+def test_terminated_stream_returns_exactly_the_data_with_its_line_ended(data, sizes, readinto):
+    from transforms.core.csv_io import TerminatedStream
+
+    expected = data + (b"\n" if data and not data.endswith(b"\n") else b"")
+    stream = TerminatedStream(io.BytesIO(data) if readinto else _ReadOnly(data))
+    got = b""
+    for size in itertools.chain(sizes, itertools.repeat(64)):
+        chunk = bytes(stream.read(size))
+        assert len(chunk) == min(size, len(expected) - len(got))
+        got += chunk
+        if len(got) == len(expected) and size:
+            break
+    assert got == expected
+    assert bytes(stream.read(10)) == b""
+    # The whole rest at once, as pyarrow may ask.
+    whole = TerminatedStream(io.BytesIO(data))
+    assert bytes(whole.read(1)) + whole.read() == expected[:1] + expected[1:]

@@ -176,6 +176,7 @@ def _read_chunks(
     label_map: LabelMap | None,
     *,
     with_examples: bool,
+    with_shapes: bool = True,
 ):
     """One CSV file's batches of rows as (rows in the batch, TableChunk), in file order, and
     the rows and the file that could not be read as ERRORS outputs (ErrorRecords)."""
@@ -196,7 +197,13 @@ def _read_chunks(
                 elif item.skipped:
                     last_row = item.skipped[-1].row
                 chunk = records.make(
-                    item, source.index, path, relative, label_map, with_examples=with_examples
+                    item,
+                    source.index,
+                    path,
+                    relative,
+                    label_map,
+                    with_examples=with_examples,
+                    with_shapes=with_shapes,
                 )
                 yield item.num_rows, chunk
     except InputError as error:
@@ -267,7 +274,10 @@ class _PlaceTableFn(beam.DoFn):
         whole = self._whole.of(layouts)
         with contextlib.ExitStack() as stack:
             spill = stack.enter_context(SpillWriter(self._spill_dir)) if self._spill_dir else None
-            for item in _read_chunks(self._records, source, path, label_map, with_examples=True):
+            chunks = _read_chunks(
+                self._records, source, path, label_map, with_examples=True, with_shapes=False
+            )
+            for item in chunks:
                 if isinstance(item, beam.pvalue.TaggedOutput):
                     continue  # reported by ReadTable
                 num_rows, chunk = item

@@ -22,6 +22,9 @@ class TerminatedStream:
     must end inside the first block it reads. "a,b" is an empty CSV with two columns, so one chunk
     is read ahead to put the missing newline in the same read as the end of the data.
 
+    `read` returns a bytes-like object (a memoryview over a fresh buffer, which pyarrow takes
+    without copying), not always `bytes`.
+
     pyarrow calls `read` ahead of the batches it returns, on an IO thread. A Python read still
     running when the interpreter exits aborts the process, so a reader that is abandoned early
     must be closed with `close_reader`, which uses `stop`.
@@ -29,14 +32,13 @@ class TerminatedStream:
 
     def __init__(self, stream: BinaryIO) -> None:
         self._stream = stream
-        self._buffer = b""
+        self._ahead = b""  # read from the stream, not yet returned
         self._eof = False
-        self._last = b""
         self._state = threading.Condition()
         self._active = 0
         self._stopped = False
 
-    def read(self, size: int | None = -1) -> bytes:
+    def read(self, size: int | None = -1) -> bytes | memoryview:
         with self._state:
             if self._stopped:
                 return b""
@@ -68,26 +70,47 @@ class TerminatedStream:
     def close(self) -> None:
         pass  # pyarrow closes its input when a reader is done; the caller owns the stream
 
-    def _read(self, size: int | None) -> bytes:
+    def _read(self, size: int | None) -> bytes | memoryview:
         if size is None or size < 0:
-            while not self._eof:
-                self._fill(1 << 20)
-            data, self._buffer = self._buffer, b""
+            parts = [bytes(self._read(1 << 20))]
+            while parts[-1]:
+                parts.append(bytes(self._read(1 << 20)))
+            return b"".join(parts)
+        # One byte more than asked for, read straight into a fresh buffer (pyarrow keeps what
+        # it is given without copying): the extra byte tells whether the data goes on, so a
+        # missing final newline is added in the same read as the end of the data.
+        if len(self._ahead) > size:
+            data, self._ahead = self._ahead[:size], self._ahead[size:]
             return data
-        while not self._eof and len(self._buffer) <= size:
-            self._fill(max(size + 1 - len(self._buffer), 1 << 16))
-        data, self._buffer = self._buffer[:size], self._buffer[size:]
-        return data
+        buffer = bytearray(size + 1)
+        view = memoryview(buffer)
+        filled = len(self._ahead)
+        view[:filled] = self._ahead
+        self._ahead = b""
+        spare = b""  # what a stream gave beyond the space offered
+        while filled <= size and not self._eof:
+            got, spare = self._read_into(view[filled:])
+            if got:
+                filled += got
+                continue
+            self._eof = True
+            if filled and buffer[filled - 1] not in b"\n\r":
+                buffer[filled] = ord("\n")
+                filled += 1
+        if filled > size:
+            self._ahead = bytes(view[size:filled]) + spare
+            filled = size
+        return view[:filled]
 
-    def _fill(self, size: int) -> None:
-        chunk = self._stream.read(size)
-        if chunk:
-            self._last = chunk[-1:]
-            self._buffer += chunk
-            return
-        self._eof = True
-        if self._last not in (b"", b"\n", b"\r"):
-            self._buffer += b"\n"
+    def _read_into(self, view: memoryview) -> tuple[int, bytes]:
+        """Read into `view`: (bytes put there, bytes the stream gave beyond its end)."""
+        readinto = getattr(self._stream, "readinto", None)
+        if readinto is not None:
+            return readinto(view) or 0, b""
+        chunk = self._stream.read(len(view))  # compressed streams have no readinto
+        got = min(len(chunk), len(view))
+        view[:got] = chunk[:got]
+        return got, chunk[got:]
 
 
 def unreadable(error: Exception) -> InputError:

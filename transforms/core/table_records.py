@@ -89,6 +89,7 @@ class TableRecords:
         label_map: LabelMap | None,
         *,
         with_examples: bool = True,
+        with_shapes: bool = True,
     ) -> TableChunk:
         """The records (or errors) of a batch of rows of the CSV file `path`.
 
@@ -99,6 +100,7 @@ class TableRecords:
             relative: its path relative to the source's root (part of record keys).
             label_map: the run's labels; None only to collect text labels (no records then).
             with_examples: False to size the Examples without writing their bytes (planning).
+            with_shapes: False to leave `shapes` empty (the records were tallied before).
         """
         failed: dict[int, InputError] = dict(batch.errors)
         label_ids, label_texts = self._labels(batch, failed)
@@ -158,7 +160,8 @@ class TableRecords:
             ],
             schema=REF_SCHEMA,
         )
-        return TableChunk(refs, errors, _shapes([c.key for c in columns], encoded.counts))
+        shapes = _shapes([c.key for c in columns], encoded.counts) if with_shapes else []
+        return TableChunk(refs, errors, shapes)
 
     def _labels(self, batch: CellBatch, failed: dict[int, InputError]):
         """(label values, label texts or None); rows whose label is bad go to `failed`."""
@@ -236,13 +239,17 @@ class TableRecords:
         )
         key_bytes = key_array.to_pylist()
         copy = self._order_hash.copy
-        digests = []
-        for key in key_bytes:
+
+        def digest(key: bytes) -> bytes:
             state = copy()
             state.update(key)
-            digests.append(state.digest())
+            return state.digest()
+
+        # map() rather than a loop: the one Python call per row, kept as cheap as it goes.
         hashes = pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(HASH_BYTES), len(digests), [None, pa.py_buffer(b"".join(digests))]
+            pa.binary(HASH_BYTES),
+            len(key_bytes),
+            [None, pa.py_buffer(b"".join(map(digest, key_bytes)))],
         )
         orders = pc.binary_join_element_wise(
             hashes.cast(pa.binary()), key_array, pa.scalar(b"", pa.binary())
