@@ -16,6 +16,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from schemas.csv_schema import CsvSchema
 from schemas.features import FeatureTally
 from transforms.combiners import TallyCombineFn
+from transforms.core.background import ahead
 from transforms.core.csv_rows import RowError, read_csv_batches
 from transforms.core.errors import InputError
 from transforms.core.labels import LabelMap, LabelTally, resolve_labels
@@ -184,8 +185,12 @@ def _read_chunks(
     last_row = None
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
-            batches = read_csv_batches(
-                stream, records.schema, source_name=relative, block_size=_BLOCK_BYTES
+            # The next block is parsed on a thread (pyarrow releases the GIL) while this one
+            # is encoded.
+            batches = ahead(
+                read_csv_batches(
+                    stream, records.schema, source_name=relative, block_size=_BLOCK_BYTES
+                )
             )
             for item in batches:
                 if isinstance(item, RowError):
