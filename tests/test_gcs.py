@@ -199,6 +199,26 @@ def test_csv_naming_images_relatively_and_by_gs_uri(gcs, bucket, tmp_path, cli):
     }
 
 
+def test_a_table_without_images_gs_to_gs_matches_a_local_run(gcs, bucket, tmp_path, cli):
+    # Read column-wise; its encoded records are spilled to the run's temporary folder on gs://
+    # and read back by the shard writers.
+    table = tmp_path / "table"
+    table.mkdir()
+    lines = ["id,kind,score"] + [f"{i},{'xyz'[i % 3]},{i / 3:.3f}" for i in range(2000)]
+    lines.insert(7, "bad,x")  # wrong field count: quarantined
+    (table / "rows.csv").write_text("\n".join(lines) + "\n")
+    upload(gcs, table, bucket, "in")
+    args = ("--label-column", "kind", *OPTIONS)
+    remote_run = cli("convert", f"gs://{bucket}/in/rows.csv", "-o", f"gs://{bucket}/out", *args)
+    assert remote_run.returncode == 0, remote_run.stderr
+    local_run = cli("convert", table / "rows.csv", "-o", tmp_path / "local", *args)
+    assert local_run.returncode == 0, local_run.stderr
+    remote = download(gcs, bucket, "out")
+    assert_same_dataset(remote, local_files(tmp_path / "local"))  # no spill file left either
+    info = json.loads(remote["dataset_info.json"])
+    assert (info["num_records"], info["errors"]["count"]) == (2000, 1)
+
+
 # The CLI, in a process that is killed outright (SIGKILL: no cleanup of any kind) the moment
 # the commit starts: every shard has been written, nothing has been renamed into place.
 _KILLED_AT_COMMIT = """

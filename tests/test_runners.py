@@ -58,6 +58,50 @@ def table(tmp_path_factory) -> pathlib.Path:
     return root / "rows.csv"
 
 
+PLAIN_ROWS = 3000  # and one bad row
+
+
+@pytest.fixture(scope="module")
+def plain_table(tmp_path_factory) -> pathlib.Path:
+    """A table without images (read column-wise, its records spilled and placed by reference)."""
+    path = tmp_path_factory.mktemp("plain") / "plain.csv"
+    lines = ["id,kind,score,note"]
+    lines += [f"{i},{'abc'[i % 3]},{i / 7:.4f},{'n' * (i % 40)}" for i in range(PLAIN_ROWS)]
+    lines.insert(500, "oops,a,1.0,wrong,field count")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _plain_args(table: pathlib.Path, out: pathlib.Path) -> list[str]:
+    return ["convert", str(table), "-o", str(out), "--name", "ds", "--label-column", "kind"] + [
+        *SPLITS,
+        "--num-shards",
+        "3",
+    ]
+
+
+@pytest.fixture(scope="module")
+def plain_reference(plain_table, tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("plain-reference") / "out"
+    result = subprocess.run(
+        [RECORDFORGE, *_plain_args(plain_table, out)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def assert_same_plain_dataset(out: pathlib.Path, reference: pathlib.Path) -> None:
+    """Byte for byte the in-process run's shards and errors; no spill file left behind."""
+    got, want = _files(out), _files(reference)
+    assert sorted(got) == sorted(want)
+    manifest, expected = (json.loads(f.pop("dataset_info.json")) for f in (got, want))
+    assert manifest.pop("created") and expected.pop("created")
+    assert manifest == expected
+    assert got == want
+    assert len([name for name in want if ".tfrecord-" in name]) == 9
+    assert (expected["num_records"], expected["errors"]["count"]) == (PLAIN_ROWS, 1)
+
+
 def _convert_args(table: pathlib.Path, out: pathlib.Path) -> list[str]:
     return [
         "convert",
@@ -266,7 +310,9 @@ def test_multi_process_fn_api_runner_writes_the_in_process_bytes(table, referenc
     watch.assert_loopback_only()
 
 
-def test_portable_runner_with_job_service_and_worker_pool(table, reference, tmp_path, servers):
+def test_portable_runner_with_job_service_and_worker_pool(
+    table, reference, plain_table, plain_reference, tmp_path, servers
+):
     job_port, pool_port = free_port(), free_port()
     job_service = servers(
         "job-service",
@@ -294,9 +340,15 @@ def test_portable_runner_with_job_service_and_worker_pool(table, reference, tmp_
     # tree on their path (their cwd is a temporary folder, PYTHONPATH is unset).
     started = watch.descendants[worker_pool.process.pid] - pool_before
     assert started, f"the worker pool started no SDK worker\n{worker_pool.tail()}"
+    # A table without images: its spill files are written and read by the SDK workers.
+    plain = tmp_path / "plain"
+    run_watched([*_plain_args(plain_table, plain), *portable], [job_service, worker_pool], tmp_path)
+    assert_same_plain_dataset(plain, plain_reference)
 
 
-def test_dask_runner_on_a_scheduler_and_two_workers(table, reference, tmp_path, servers):
+def test_dask_runner_on_a_scheduler_and_two_workers(
+    table, reference, plain_table, plain_reference, tmp_path, servers
+):
     if not pathlib.Path(DASK).exists():
         pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
     from distributed import Client
@@ -324,6 +376,10 @@ def test_dask_runner_on_a_scheduler_and_two_workers(table, reference, tmp_path, 
         started = time.time()
         _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
         tasks = client.get_task_stream(start=started)
+        # A table without images: spilled, placed by reference and written on the workers.
+        plain = tmp_path / "plain"
+        run_watched([*_plain_args(plain_table, plain), *dask], [scheduler, *workers], tmp_path)
+    assert_same_plain_dataset(plain, plain_reference)
     assert_same_dataset(out, reference)
     watch.assert_loopback_only()
     used = collections.Counter(task["worker"] for task in tasks)

@@ -1,4 +1,9 @@
-"""Tables without images: CSV files read and built into records in one step, column-wise."""
+"""Tables without images: CSV files read column-wise, twice in a conversion.
+
+ReadTable sizes the records (for the plan) and reports bad rows; PlaceTable reads the files
+again once the plan exists, encodes the records and places them into shards. Encoded records
+are never held waiting for the plan, and cross the shuffle as references to spill files.
+"""
 
 from __future__ import annotations
 
