@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 
 import apache_beam as beam
@@ -72,17 +73,25 @@ class _ProbeImageFn(beam.DoFn):
 
 
 def probe_file(path: str, max_image_pixels: int) -> ImageInfo:
-    """Open an image file through Beam FileSystems and probe it.
+    """Open an image file (local, or through Beam FileSystems) and probe it.
 
     Raises:
         InputError: the file is missing or unreadable (`MissingFile`, `UnreadableFile`), or
             not a usable image (the kinds of `transforms.core.images.probe_image`).
     """
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
-            size = stream.seek(0, 2)
-            stream.seek(0)
-            facts = probe_image(stream, size, max_pixels=max_image_pixels)
+        if has_scheme(path):
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+                size = stream.seek(0, 2)
+                stream.seek(0)
+                facts = probe_image(stream, size, max_pixels=max_image_pixels)
+        else:
+            # What Beam's LocalFileSystem.open does, minus its buffered reader and its lookups
+            # per call: a third of the cost of probing a small file. The probe reads in few,
+            # large pieces, which an unbuffered file serves with one system call each.
+            with io.FileIO(path) as stream:
+                size = os.fstat(stream.fileno()).st_size
+                facts = probe_image(stream, size, max_pixels=max_image_pixels)
     except FileNotFoundError as error:
         if not has_scheme(path) and os.path.islink(path):
             target = os.readlink(path)
