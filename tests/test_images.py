@@ -327,6 +327,19 @@ def test_jpeg_header_beyond_the_first_64_kib(tmp_path: Path) -> None:
     assert probe_image_bytes(data) == ImageFacts("jpeg", WIDTH, HEIGHT, 3)
 
 
+@pytest.mark.parametrize("icc_bytes", [20_000, 50_000])
+def test_jpeg_header_past_the_first_read_is_read_on_to(icc_bytes: int) -> None:
+    """The probe reads 16 KiB first, then 64 KiB when the header needs more, without a seek."""
+    data = _encode(_rgb(), "JPEG", icc_profile=random.Random(1).randbytes(icc_bytes))
+    assert 16 * 1024 < data.index(b"\xff\xc0") < 64 * 1024
+    reader = _CountingReader(data)
+
+    assert probe_image(reader, len(data)) == ImageFacts("jpeg", WIDTH, HEIGHT, 3)
+    assert probe_image_bytes(data) == ImageFacts("jpeg", WIDTH, HEIGHT, 3)
+    assert reader.seeks <= 1  # the tail's
+    assert reader.bytes_read <= 64 * 1024 + 12
+
+
 def test_webp_with_large_icc_before_the_bitstream(tmp_path: Path) -> None:
     data = _encode(_rgba(), "WEBP", icc_profile=random.Random(2).randbytes(100_000))
     path = _write(tmp_path, "big_icc.webp", data)
@@ -415,7 +428,8 @@ def test_animated_webp_is_rejected_from_the_header(
     reader = _CountingReader(data)
     with pytest.raises(InputError):
         probe_image(reader, len(data))
-    assert (reader.seeks, reader.bytes_read) == (0, min(len(data), 64 * 1024))  # the head only
+    # The first read only (16 KiB): the animation flag is in the first chunk.
+    assert (reader.seeks, reader.bytes_read) == (0, min(len(data), 16 * 1024))
 
 
 def test_animated_webp_message() -> None:

@@ -151,6 +151,8 @@ class _Planned(beam.PTransform):
             splits=config.splits,
             salt=config.salt,
             csv_keys=[c.feature for c in csv_feature_columns(config.csv_schema, config.roles)],
+            # Planning needs each record's size, not its bytes.
+            with_examples=self._assign,
         )
         early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS]) | (
             "EarlyErrors" >> beam.Flatten()

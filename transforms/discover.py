@@ -83,21 +83,23 @@ class _MatchFilesFn(beam.DoFn):
     def process(self, source: Source):
         batch = []
         for path in list_files(source.pattern):
-            if is_hidden(relative_path(path, source.root)):
+            relative = relative_path(path, source.root)
+            if is_hidden(relative):
                 yield beam.pvalue.TaggedOutput(IGNORED, path)
             elif source.kind == "csv":
                 yield beam.pvalue.TaggedOutput(CSV_FILES, (source, path))
             else:
-                batch.append(_image_candidate(source, path))
+                batch.append(tuple(_image_candidate(source, path, relative)))
                 if len(batch) == IMAGE_BATCH:
-                    yield pack(batch)
+                    yield batch
                     batch = []
         if batch:
-            yield pack(batch)
+            yield batch
 
 
-def _image_candidate(source: Source, path: str) -> Candidate:
-    relative = relative_path(path, source.root)
+def _image_candidate(source: Source, path: str, relative: str | None = None) -> Candidate:
+    if relative is None:
+        relative = relative_path(path, source.root)
     depth = relative.count("/")
     return Candidate(
         key=f"{source.index}:{relative}",

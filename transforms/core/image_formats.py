@@ -27,6 +27,8 @@ class _Stream(typing.Protocol):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int: ...
 
+    def tell(self) -> int: ...
+
 
 class Source:
     """One input file: its size, its first bytes, and reads at any offset.
@@ -46,6 +48,22 @@ class Source:
     def complete(self) -> bool:
         """Whether head holds the whole file, so no further reads are needed."""
         return len(self.head) >= self.size
+
+    def extend_head(self, n: int) -> bool:
+        """Reads on until head holds the first n bytes (fewer if the file ends first).
+
+        Returns:
+            Whether head grew.
+        """
+        wanted = min(n, self.size) - len(self.head)
+        if wanted <= 0 or self.complete:
+            return False
+        if self._stream.tell() == len(self.head):  # still where the head ends: no seek
+            more = read_up_to(self._stream, wanted)
+        else:
+            more = self.read_at(len(self.head), wanted)
+        self.head += more
+        return bool(more)
 
     def read_at(self, offset: int, n: int) -> bytes:
         """Returns up to n bytes at offset, from head when it has them (no seek)."""

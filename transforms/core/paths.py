@@ -40,6 +40,8 @@ def relative_path(path: str, root: str) -> str:
 
 def is_hidden(relative: str) -> bool:
     """Whether any component of a relative path starts with a dot (.DS_Store, .git/, ._x.jpg)."""
+    if not relative.startswith(".") and "/." not in relative:
+        return False  # the usual answer, without splitting the path
     return any(part.startswith(".") for part in relative.split("/") if part not in (".", ".."))
 
 

@@ -1,0 +1,89 @@
+"""The probe DoFn: local files one after another, remote ones several at a time, same answers."""
+
+from __future__ import annotations
+
+import threading
+
+import apache_beam as beam
+import pytest
+from conftest import make_image
+
+import transforms.probe as probe
+from transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord
+
+
+def _candidates(tmp_path):
+    """Good images, a missing file, a non-image, a CSV row naming an image, and a text row."""
+    make_image(tmp_path / "a.png", "PNG", size=(30, 20))
+    make_image(tmp_path / "b.jpg", "JPEG", size=(10, 40), mode="L")
+    (tmp_path / "c.png").write_bytes(b"not an image at all")
+    names = ["a.png", "missing.png", "b.jpg", "c.png", "a.png"]
+    candidates = [
+        Candidate(key=f"0:{n}#{i}", path=str(tmp_path / n), row=None, image_path=str(tmp_path / n))
+        for i, n in enumerate(names)
+    ]
+    candidates[4] = candidates[4]._replace(row=7, path=str(tmp_path / "t.csv"), image_name="a.png")
+    candidates.append(Candidate(key="0:t.csv#8", path=str(tmp_path / "t.csv"), row=8))
+    return [tuple(c) for c in candidates]
+
+
+def _run(batch):
+    fn = probe._ProbeImageFn(max_image_pixels=1 << 30)
+    fn.setup()
+    try:
+        outputs = list(fn.process(batch))
+    finally:
+        fn.teardown()
+    errors = [o.value for o in outputs if isinstance(o, beam.pvalue.TaggedOutput)]
+    probed = [o for o in outputs if not isinstance(o, beam.pvalue.TaggedOutput)]
+    return probed, errors, fn
+
+
+def test_probed_in_order_with_errors_routed(tmp_path) -> None:
+    batch = _candidates(tmp_path)
+    probed, errors, fn = _run(batch)
+
+    (records,) = probed
+    assert [(packed[0], info) for packed, info in records] == [
+        ("0:a.png#0", ((tmp_path / "a.png").stat().st_size, "png", 30, 20, 3)),
+        ("0:b.jpg#2", ((tmp_path / "b.jpg").stat().st_size, "jpeg", 10, 40, 1)),
+        ("0:a.png#4", ((tmp_path / "a.png").stat().st_size, "png", 30, 20, 3)),
+        ("0:t.csv#8", None),
+    ]
+    assert [(e.path, e.row, e.stage, e.error) for e in errors] == [
+        (str(tmp_path / "missing.png"), None, STAGE_PROBE, "MissingFile"),
+        (str(tmp_path / "c.png"), None, STAGE_PROBE, "NotAnImage"),
+    ]
+    assert all(isinstance(e, ErrorRecord) for e in errors)
+    assert fn._pool is None, "local files need no threads"
+
+
+def test_remote_files_are_probed_concurrently_with_the_same_answers(tmp_path, monkeypatch) -> None:
+    """Paths with a scheme go through the thread pool (and Beam FileSystems): local files
+    stand in for them here, read through Beam's LocalFileSystem."""
+    batch = _candidates(tmp_path)
+    local = _run(batch)[:2]
+    seen_threads = set()
+    real_probe_file = probe.probe_file
+
+    def probe_file(path, max_image_pixels):
+        seen_threads.add(threading.current_thread().name)
+        return real_probe_file(path, max_image_pixels)
+
+    monkeypatch.setattr(probe, "has_scheme", lambda path: True)
+    monkeypatch.setattr(probe, "probe_file", probe_file)
+    probed, errors, fn = _run(batch)
+
+    assert (probed, errors) == local
+    assert fn._pool is not None
+    assert seen_threads and all(name.startswith("probe") for name in seen_threads)
+
+
+def test_an_unexpected_error_in_a_remote_probe_propagates(tmp_path, monkeypatch) -> None:
+    def broken(path, max_image_pixels):
+        raise RuntimeError("storage outage")
+
+    monkeypatch.setattr(probe, "has_scheme", lambda path: True)
+    monkeypatch.setattr(probe, "probe_file", broken)
+    with pytest.raises(RuntimeError, match="storage outage"):
+        _run(_candidates(tmp_path))
