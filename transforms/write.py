@@ -6,6 +6,7 @@ import collections
 import contextlib
 import functools
 import gzip
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -242,6 +243,7 @@ def _read_ahead(
         if not ref.payload_path:
             fetch = None
         elif _is_local(ref.payload_path):
+            _start_reading(ref.payload_path)
             fetch = functools.partial(read_payload, ref)
         else:
             fetch = pool.submit(read_payload, ref).result
@@ -254,6 +256,25 @@ def _read_ahead(
             in_flight -= done[0].payload_size
             yield done
     yield from pending
+
+
+def _start_reading(path: str) -> None:
+    """Ask the kernel to read a local file into the page cache now, in the background.
+
+    What the read-ahead threads do for object stores, without a thread: a file not in the
+    cache any more (a dataset larger than memory) is read from the disk while the files
+    before it are written. ~8 µs a file; only a hint, so a failure is left to the real read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except (OSError, AttributeError):  # AttributeError: no posix_fadvise (macOS)
+        pass
+    finally:
+        os.close(fd)
 
 
 def _is_local(path: str) -> bool:
