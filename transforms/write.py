@@ -278,7 +278,7 @@ def _start_reading(path: str) -> None:
 
 
 def _is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) in (None, "file")
+    return FileSystems.get_scheme(path) is None  # as Beam decides: no scheme, a local path
 
 
 @functools.cache
