@@ -10,6 +10,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO
 
 import apache_beam as beam
 import pyarrow.compute as pc
@@ -234,8 +235,8 @@ def _read_ahead(
     """Yield (ref, a call that returns its image bytes) in order.
 
     Object-store reads start ahead, in threads, to hide each read's latency. Local files are
-    read when their turn comes, in this thread: the page cache has no latency to hide, and
-    handing each file to a thread and back costs more CPU than reading it (~50 µs an image).
+    opened ahead and read when their turn comes, in this thread: handing each file to a thread
+    and back costs more CPU than reading it from the page cache (~50 µs an image).
     """
     pending: collections.deque = collections.deque()
     in_flight = 0
@@ -243,8 +244,7 @@ def _read_ahead(
         if not ref.payload_path:
             fetch = None
         elif _is_local(ref.payload_path):
-            _start_reading(ref.payload_path)
-            fetch = functools.partial(read_payload, ref)
+            fetch = functools.partial(read_payload, ref, _open_ahead(ref.payload_path))
         else:
             fetch = pool.submit(read_payload, ref).result
         pending.append((ref, fetch))
@@ -258,23 +258,23 @@ def _read_ahead(
     yield from pending
 
 
-def _start_reading(path: str) -> None:
-    """Ask the kernel to read a local file into the page cache now, in the background.
+def _open_ahead(path: str) -> BinaryIO | None:
+    """A local file, opened, with the kernel asked to read it into the page cache meanwhile.
 
-    What the read-ahead threads do for object stores, without a thread: a file not in the
-    cache any more (a dataset larger than memory) is read from the disk while the files
-    before it are written. ~8 µs a file; only a hint, so a failure is left to the real read.
+    What the read-ahead threads do for object stores, without a thread: a file no longer in
+    the cache (a dataset larger than memory) is read from the disk while the files before it
+    are written, 3-4 times faster than reading each in turn. None when it cannot be opened:
+    the read reports why.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
+        opened = _local_filesystem().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except STORAGE_ERRORS:
+        return None
     try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-    except (OSError, AttributeError):  # AttributeError: no posix_fadvise (macOS)
+        os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+    except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
         pass
-    finally:
-        os.close(fd)
+    return opened
 
 
 def _is_local(path: str) -> bool:
@@ -287,16 +287,17 @@ def _local_filesystem():
     return FileSystems.get_filesystem("/")
 
 
-def _filesystem(path: str):
-    return _local_filesystem() if _is_local(path) else FileSystems.get_filesystem(path)
+def read_payload(ref: RecordRef, opened: BinaryIO | None = None) -> bytes:
+    """The image bytes of a record, checked against the size seen when it was probed.
 
-
-def read_payload(ref: RecordRef) -> bytes:
-    """The image bytes of a record, checked against the size seen when it was probed."""
+    `opened`: the file, when it was opened ahead; closed here.
+    """
     try:
-        with _filesystem(ref.payload_path).open(
-            ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
-        ) as f:
+        if opened is None:
+            opened = FileSystems.open(
+                ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
+            )
+        with opened as f:
             data = f.read()
     except STORAGE_ERRORS as error:
         raise InputError(
