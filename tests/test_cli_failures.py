@@ -143,11 +143,11 @@ def test_a_crash_mid_run_leaves_no_manifest_and_no_partial_shard(
     calls = {"n": 0}
     real_read = write_module.read_payload
 
-    def failing_read(ref):
+    def failing_read(ref, *opened):
         calls["n"] += 1
         if calls["n"] == 150:
             raise RuntimeError("disk on fire")
-        return real_read(ref)
+        return real_read(ref, *opened)
 
     monkeypatch.setattr(write_module, "read_payload", failing_read)
     out = tmp_path / "out"

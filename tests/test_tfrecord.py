@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 from transforms.core.tfrecord import (
     FRAMING_BYTES,
     TFRecordCorruption,
+    frame_pieces,
     frame_record,
     frame_records,
+    framing_of,
     masked_crc32c,
     read_records,
 )
@@ -39,6 +41,17 @@ def test_bulk_framing_is_record_by_record_framing(records):
     # Equal lengths share a cached length CRC: repeats must frame exactly like the first.
     records = records + records
     assert frame_records(records) == b"".join(frame_record(r) for r in records)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=4))
+def test_framing_of_pieces_is_the_framing_of_their_concatenation(pieces):
+    # The writer sends header, the pieces (an image file's bytes among them) and footer
+    # separately; a reader must see frame_record of the whole record.
+    header, footer = framing_of(pieces)
+    whole = frame_record(b"".join(pieces))
+    assert header + b"".join(pieces) + footer == frame_pieces(pieces) == whole
+    assert len(header) + len(footer) == FRAMING_BYTES
 
 
 def test_framing_overhead():

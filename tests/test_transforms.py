@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
@@ -28,9 +30,10 @@ from transforms.core.records import (
     take_piece,
 )
 from transforms.core.sharding import ShardingConfig, assign_all
+from transforms.core.tfrecord import FRAMING_BYTES, frame_record
 from transforms.discover import ListInputs
 from transforms.shard import PlanShards
-from transforms.write import publish
+from transforms.write import _WriteShardFn, publish
 
 
 def pipeline():
@@ -223,3 +226,46 @@ def test_publish_renames_into_place_and_is_safe_to_repeat(tmp_path):
     assert not list((tmp_path / "tmp").iterdir())
     with pytest.raises(BeamIOError):  # neither there: something else went wrong
         publish([(str(tmp_path / "tmp" / "c"), str(tmp_path / "out" / "c"))])
+
+
+def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_ones(tmp_path):
+    """The write step reads each image again: a file gone or resized since probing is an
+    error record, the others are framed exactly, with the index locating them."""
+    images = tmp_path / "in"
+    images.mkdir()
+    contents = {name: bytes(range(256)) * (40 + i) for i, name in enumerate("abcd")}
+    for name, data in contents.items():
+        (images / name).write_bytes(data)
+
+    def ref(name, order):
+        before, after = b"\x0a\x05head" + name.encode(), b"tail"
+        size = len(before) + len(contents[name]) + len(after) + FRAMING_BYTES
+        example = before + after
+        path = str(images / name)
+        return RecordRef(
+            "train", order, size, example, path, len(contents[name]), path, None, 1, len(before)
+        )
+
+    refs = [ref("a", b"1"), ref("b", b"2"), ref("c", b"3"), ref("d", b"4")]
+    (images / "b").unlink()  # vanished since probing
+    (images / "c").write_bytes(contents["c"] + b"more")  # changed since probing
+    fn = _WriteShardFn(str(tmp_path / "out"), "ds", "none", "run", write_index=True)
+    layouts = {"train": types.SimpleNamespace(plan=types.SimpleNamespace(num_shards=1))}
+    fn.setup()
+    try:
+        outputs = list(fn.process((("train", 0), [ref_batch(refs[::-1])]), layouts, True))
+    finally:
+        fn.teardown()
+    errors = sorted((o.value.path.rsplit("/", 1)[1], o.value.error) for o in outputs[:-1])
+    assert errors == [("b", "UnreadableFile"), ("c", "FileChanged")]
+    result = outputs[-1]
+    assert (result.num_records, result.label_counts) == (2, ((1, 2),))
+    (shard, _), (index, _) = result.staged
+    expected = [
+        frame_record(r.example[: r.payload_offset] + contents[n] + r.example[r.payload_offset :])
+        for n, r in (("a", refs[0]), ("d", refs[3]))
+    ]
+    with open(shard, "rb") as f:
+        assert f.read() == b"".join(expected)
+    with open(index) as f:
+        assert f.read() == f"0 {len(expected[0])}\n{len(expected[0])} {len(expected[1])}\n"

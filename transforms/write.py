@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import gzip
+import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO
 
 import apache_beam as beam
 import pyarrow.compute as pc
@@ -32,7 +35,7 @@ from transforms.core.records import (
     sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
-from transforms.core.tfrecord import frame_pieces, frame_records
+from transforms.core.tfrecord import frame_records, framing_of
 from transforms.progress import LOGGER
 from transforms.spill import unspilled
 from transforms.storage_errors import STORAGE_ERRORS
@@ -137,24 +140,25 @@ class _WriteShardFn(beam.DoFn):
                 refs = []
             else:
                 refs = refs_of(ordered)
-            for ref, future in _read_ahead(refs, self._pool):
+            for ref, fetch in _read_ahead(refs, self._pool):
                 try:
-                    pieces = _materialize(ref, future)
+                    pieces = _materialize(ref, fetch)
                 except InputError as error:
                     record_error = ErrorRecord(
                         ref.path, ref.row, STAGE_WRITE, error.kind, error.message
                     )
                     yield beam.pvalue.TaggedOutput(ERRORS, record_error)
                     continue
-                framed = frame_pieces(pieces)
-                if len(framed) != ref.size:
+                header, footer = framing_of(pieces)
+                framed_size = len(header) + sum(len(piece) for piece in pieces) + len(footer)
+                if framed_size != ref.size:
                     raise RuntimeError(
-                        f"record of {ref.path} is {len(framed)} bytes, planned {ref.size}"
+                        f"record of {ref.path} is {framed_size} bytes, planned {ref.size}"
                     )
                 if index_out is not None:
                     # DALI's and the `tfrecord` package's index: offset and framed length.
-                    index_out.write(f"{sink.size} {len(framed)}\n".encode())
-                stream.write(framed)
+                    index_out.write(f"{sink.size} {framed_size}\n".encode())
+                _write_framed(stream, header, pieces, footer, whole=stream is not sink)
                 count += 1
                 if ref.label is not None:
                     labels[ref.label] += 1
@@ -209,15 +213,42 @@ class _CountingSink:
         self._raw.flush()
 
 
+def _write_framed(stream, header: bytes, pieces, footer: bytes, whole: bool) -> None:
+    """Write one framed record: its header, pieces and footer.
+
+    The image bytes (the middle piece) go to the file as they are, not copied into a framed
+    record first: a copy of ~100 KB per image is a good part of the cost of writing it. The
+    small pieces around them are joined. `whole`: join everything (a gzip stream gets the
+    record in one call, as it always has, so that its output stays the same).
+    """
+    if whole or len(pieces) != 3:
+        stream.write(b"".join((header, *pieces, footer)))
+        return
+    before, payload, after = pieces
+    stream.write(header + before)
+    stream.write(payload)
+    stream.write(after + footer)
+
+
 def _read_ahead(
     refs: Iterable[RecordRef], pool: ThreadPoolExecutor
-) -> Iterator[tuple[RecordRef, Future | None]]:
-    """Yield (ref, future of its image bytes) in order, with reads started ahead in threads."""
+) -> Iterator[tuple[RecordRef, Callable[[], bytes] | None]]:
+    """Yield (ref, a call that returns its image bytes) in order.
+
+    Object-store reads start ahead, in threads, to hide each read's latency. Local files are
+    opened ahead and read when their turn comes, in this thread: handing each file to a thread
+    and back costs more CPU than reading it from the page cache (~50 µs an image).
+    """
     pending: collections.deque = collections.deque()
     in_flight = 0
     for ref in refs:
-        future = pool.submit(read_payload, ref) if ref.payload_path else None
-        pending.append((ref, future))
+        if not ref.payload_path:
+            fetch = None
+        elif _is_local(ref.payload_path):
+            fetch = functools.partial(read_payload, ref, _open_ahead(ref.payload_path))
+        else:
+            fetch = pool.submit(read_payload, ref).result
+        pending.append((ref, fetch))
         in_flight += ref.payload_size
         while len(pending) > 1 and (
             in_flight > _READ_AHEAD_BYTES or len(pending) > 2 * _READ_THREADS
@@ -228,12 +259,46 @@ def _read_ahead(
     yield from pending
 
 
-def read_payload(ref: RecordRef) -> bytes:
-    """The image bytes of a record, checked against the size seen when it was probed."""
+def _open_ahead(path: str) -> BinaryIO | None:
+    """A local file, opened, with the kernel asked to read it into the page cache meanwhile.
+
+    What the read-ahead threads do for object stores, without a thread: a file no longer in
+    the cache (a dataset larger than memory) is read from the disk while the files before it
+    are written, 3-4 times faster than reading each in turn. None when it cannot be opened:
+    the read reports why.
+    """
     try:
-        with FileSystems.open(
-            ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
-        ) as f:
+        opened = _local_filesystem().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except STORAGE_ERRORS:
+        return None
+    try:
+        os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+    except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
+        pass
+    return opened
+
+
+def _is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) is None  # as Beam decides: no scheme, a local path
+
+
+@functools.cache
+def _local_filesystem():
+    # FileSystems.open looks for a path's filesystem among all of Beam's on every call (~7 µs).
+    return FileSystems.get_filesystem("/")
+
+
+def read_payload(ref: RecordRef, opened: BinaryIO | None = None) -> bytes:
+    """The image bytes of a record, checked against the size seen when it was probed.
+
+    `opened`: the file, when it was opened ahead; closed here.
+    """
+    try:
+        if opened is None:
+            opened = FileSystems.open(
+                ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
+            )
+        with opened as f:
             data = f.read()
     except STORAGE_ERRORS as error:
         raise InputError(
@@ -248,12 +313,12 @@ def read_payload(ref: RecordRef) -> bytes:
     return data
 
 
-def _materialize(ref: RecordRef, payload: Future | None) -> tuple[bytes, ...]:
+def _materialize(ref: RecordRef, fetch: Callable[[], bytes] | None) -> tuple[bytes, ...]:
     """The final record in pieces: the planned Example, with the image file's bytes put in."""
-    if payload is None:
+    if fetch is None:
         return (ref.example,)
     cut = ref.payload_offset
-    return (ref.example[:cut], payload.result(), ref.example[cut:])
+    return (ref.example[:cut], fetch(), ref.example[cut:])
 
 
 class WriteErrors(beam.PTransform):

@@ -33,13 +33,21 @@ def frame_pieces(pieces: Sequence[bytes]) -> bytes:
     A record assembled from a few pieces (an Example around an image file's bytes) is framed
     without joining it first: the CRC runs over the pieces in turn.
     """
+    header, footer = framing_of(pieces)
+    return b"".join((header, *pieces, footer))
+
+
+def framing_of(pieces: Sequence[bytes]) -> tuple[bytes, bytes]:
+    """(header, footer) such that header + the pieces + footer is `frame_pieces(pieces)`.
+
+    For a writer that sends a large piece (an image file's bytes) to the file as it is rather
+    than copying it into one framed record first.
+    """
     length = _LENGTH.pack(sum(len(piece) for piece in pieces))
     crc = 0
     for piece in pieces:
         crc = google_crc32c.extend(crc, piece)
-    return b"".join(
-        (length, _CRC.pack(_mask(google_crc32c.value(length))), *pieces, _CRC.pack(_mask(crc)))
-    )
+    return length + _CRC.pack(_mask(google_crc32c.value(length))), _CRC.pack(_mask(crc))
 
 
 def frame_records(records: Iterable[bytes]) -> bytes:
