@@ -24,6 +24,7 @@ from transforms.core.naming import (
     index_file_name,
     shard_file_name,
 )
+from transforms.core.paths import has_scheme
 from transforms.core.records import (
     STAGE_WRITE,
     ErrorFileResult,
@@ -244,7 +245,7 @@ def _read_ahead(
     for ref in refs:
         if not ref.payload_path:
             fetch = None
-        elif _is_local(ref.payload_path):
+        elif not has_scheme(ref.payload_path):
             fetch = functools.partial(read_payload, ref, _open_ahead(ref.payload_path))
         else:
             fetch = pool.submit(read_payload, ref).result
@@ -276,10 +277,6 @@ def _open_ahead(path: str) -> BinaryIO | None:
     except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
         pass
     return opened
-
-
-def _is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) is None  # as Beam decides: no scheme, a local path
 
 
 @functools.cache
