@@ -22,6 +22,7 @@ from transforms.core.records import (
     RecordRef,
     Source,
     concat_batches,
+    ordered_batch,
     piece_rows,
     ref_batch,
     refs_of,
@@ -78,6 +79,10 @@ def test_small_pieces_travel_as_plain_columns_and_concatenate_in_order():
     assert [piece_rows(small), piece_rows(large)] == [2, 40]
     joined = concat_batches([small, large, take_piece(batch, np.array([9]), lists)])
     assert refs_of(joined) == [refs[5], refs[3], *refs[40:80], refs[9]]
+    ordered = ordered_batch([small, large, take_piece(batch, np.array([9]), lists)])
+    expected = sorted([refs[5], refs[3], *refs[40:80], refs[9]], key=lambda ref: ref.order)
+    assert refs_of(ordered) == expected
+    assert refs_of(ordered_batch([])) == []
     assert refs_of(small) == [refs[5], refs[3]]
     # What Beam's default coder makes of a one-record piece: its values, not a schema.
     coder = beam.coders.FastPrimitivesCoder()

@@ -15,6 +15,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
+from transforms.core.frame_columns import frame_binary_array
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
     errors_file_name,
@@ -27,12 +28,11 @@ from transforms.core.records import (
     ErrorRecord,
     RecordRef,
     ShardResult,
-    concat_batches,
+    ordered_batch,
     refs_of,
-    sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
-from transforms.core.tfrecord import frame_pieces, frame_records
+from transforms.core.tfrecord import frame_pieces
 from transforms.progress import LOGGER
 from transforms.spill import unspilled
 from transforms.storage_errors import STORAGE_ERRORS
@@ -41,7 +41,7 @@ ERRORS = "errors"
 # Image reads in flight per shard writer: hides object-store latency, bounded by bytes in memory.
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
-_FRAMES_PER_WRITE = 4096
+_FRAMES_PER_WRITE = 16384
 
 
 def temp_folder(output: str, run_id: str) -> str:
@@ -120,7 +120,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted_by_order(concat_batches(unspilled(pieces)))
+        ordered = ordered_batch(unspilled(pieces))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
@@ -180,9 +180,9 @@ class _WriteShardFn(beam.DoFn):
 
 def _write_complete(records, stream, labels: collections.Counter) -> int:
     """Write records that need no payload (a RecordBatch in order); count their labels."""
-    examples = records.column("example").to_pylist()
+    examples = records.column("example")
     for start in range(0, len(examples), _FRAMES_PER_WRITE):
-        stream.write(frame_records(examples[start : start + _FRAMES_PER_WRITE]))
+        stream.write(memoryview(frame_binary_array(examples.slice(start, _FRAMES_PER_WRITE))))
     label_counts = pc.value_counts(records.column("label").drop_null())
     for entry in label_counts.to_pylist():
         labels[entry["values"]] += entry["counts"]

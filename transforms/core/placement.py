@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.core.records import RefPiece, concat_batches, sorted_by_order, take_piece
+from transforms.core.records import RefPiece, ordered_batch, take_piece
 from transforms.core.sharding import (
     NUM_BUCKETS,
     ShardingConfig,
@@ -104,7 +104,7 @@ def place_cut_bucket(
     split: str, bucket: int, batches: Iterable[RefPiece], layouts: Mapping[str, SplitLayout]
 ) -> Iterator[Piece]:
     """Every record of one cut bucket → its records grouped by shard, in order-key order."""
-    ordered = sorted_by_order(concat_batches(batches))
+    ordered = ordered_batch(batches)
     sizes = ordered.column("size").to_pylist()
     shards = np.array(assign_bucket(layouts[split], bucket, sizes), dtype=np.int64)
     lists: list = []

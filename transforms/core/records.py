@@ -184,6 +184,18 @@ def piece_rows(piece: RefPiece) -> int:
 
 def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
     """One columnar batch of RecordRefs holding those of `pieces` (RefPieces), in order."""
+    return _one_batch(_table_of(pieces))
+
+
+def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
+    """The records of `pieces` in one batch, in order-key order (bytewise, as Python sorts
+    bytes): each column is copied once, by the take that sorts."""
+    table = _table_of(pieces)
+    return _one_batch(table.take(pa.compute.sort_indices(table.column("order"))))
+
+
+def _table_of(pieces: Iterable[RefPiece]) -> pa.Table:
+    """The records of `pieces` as a Table whose chunks are the batches (not copied)."""
     batches: list[pa.RecordBatch] = []
     pending: list[list] = [[] for _ in REF_SCHEMA]
     for piece in pieces:
@@ -194,11 +206,19 @@ def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
             for mine, theirs in zip(pending, piece, strict=True):
                 mine.extend(theirs)
     batches.append(_columns_batch(pending))
-    table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=REF_SCHEMA)
-    columns = [
-        column.combine_chunks() if column.num_chunks else pa.array([], column.type)
-        for column in table.columns
-    ]
+    return pa.Table.from_batches([b for b in batches if b.num_rows], schema=REF_SCHEMA)
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A table's records as one RecordBatch (a column already in one chunk is not copied)."""
+    columns = []
+    for column in table.columns:
+        if column.num_chunks == 1:
+            columns.append(column.chunk(0))
+        elif column.num_chunks:
+            columns.append(column.combine_chunks())
+        else:
+            columns.append(pa.array([], column.type))
     return pa.RecordBatch.from_arrays(columns, schema=REF_SCHEMA)
 
 
@@ -211,11 +231,6 @@ def _columns_batch(pending: list[list]) -> pa.RecordBatch:
     for values in pending:
         values.clear()
     return batch
-
-
-def sorted_by_order(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch's records in order-key order (bytewise, as Python sorts bytes)."""
-    return batch.take(pa.compute.sort_indices(batch.column("order")))
 
 
 def refs_of(piece: RefPiece | pa.Table) -> list[RecordRef]:
