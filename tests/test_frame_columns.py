@@ -6,6 +6,7 @@ import random
 import pyarrow as pa
 import pytest
 
+from transforms.core import frame_columns
 from transforms.core.frame_columns import frame_binary_array
 from transforms.core.tfrecord import frame_records, read_records
 
@@ -31,3 +32,13 @@ def test_frames_nothing_and_refuses_nulls():
     assert frame_binary_array(pa.array([], pa.binary())).to_pybytes() == b""
     with pytest.raises(ValueError, match="null"):
         frame_binary_array(pa.array([b"a", None], pa.binary()))
+
+
+def test_frames_past_int32_offsets_with_large_binary(monkeypatch):
+    # Framed bytes beyond int32 offsets are joined as large_binary: lower the limit to see it.
+    monkeypatch.setattr(frame_columns, "_INT32_MAX", 100)
+    records = [bytes([i]) * (40 + i) for i in range(5)]
+    assert frame_binary_array(pa.array(records, pa.binary())).to_pybytes() == frame_records(records)
+    assert frame_binary_array(pa.array(records, pa.large_binary())).to_pybytes() == frame_records(
+        records
+    )

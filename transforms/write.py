@@ -28,7 +28,8 @@ from transforms.core.records import (
     ErrorRecord,
     RecordRef,
     ShardResult,
-    ordered_batch,
+    in_order,
+    ref_table,
     refs_of,
 )
 from transforms.core.sharding import SplitLayout
@@ -120,7 +121,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = ordered_batch(unspilled(pieces))
+        records = ref_table(unspilled(pieces))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
@@ -131,12 +132,12 @@ class _WriteShardFn(beam.DoFn):
                 if (self._compression == "gzip")
                 else sink
             )
-            if index_out is None and ordered.column("payload_path").null_count == len(ordered):
+            if index_out is None and records.column("payload_path").null_count == len(records):
                 # Every record is complete already (tables): framed in bulk.
-                count = _write_complete(ordered, stream, labels)
+                count = _write_complete(records, stream, labels)
                 refs = []
             else:
-                refs = refs_of(ordered)
+                refs = refs_of(in_order(records))
             for ref, future in _read_ahead(refs, self._pool):
                 try:
                     pieces = _materialize(ref, future)
@@ -179,8 +180,8 @@ class _WriteShardFn(beam.DoFn):
 
 
 def _write_complete(records, stream, labels: collections.Counter) -> int:
-    """Write records that need no payload (a RecordBatch in order); count their labels."""
-    examples = records.column("example")
+    """Write records that need no payload (a RecordRef table), in order; count their labels."""
+    examples = in_order(records, ["example"]).column(0)
     for start in range(0, len(examples), _FRAMES_PER_WRITE):
         stream.write(memoryview(frame_binary_array(examples.slice(start, _FRAMES_PER_WRITE))))
     label_counts = pc.value_counts(records.column("label").drop_null())

@@ -12,9 +12,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.core.tfrecord import masked_crc32c
+from transforms.core.tfrecord import FRAMING_BYTES
 
 _MASK_DELTA = np.uint32(0xA282EAD8)
+_INT32_MAX = 2**31 - 1
+
+
+def _crc32c_table() -> np.ndarray:
+    """The byte-at-a-time lookup table of CRC32C (reflected Castagnoli polynomial)."""
+    table = np.arange(256, dtype=np.uint32)
+    for _ in range(8):
+        table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1)
+    return table.astype(np.uint32)
+
+
+_CRC_TABLE = _crc32c_table()
 
 
 def frame_binary_array(records: pa.Array) -> pa.Buffer:
@@ -24,26 +36,39 @@ def frame_binary_array(records: pa.Array) -> pa.Buffer:
     count = len(records)
     if not count:
         return pa.py_buffer(b"")
-    records = records.cast(pa.large_binary())  # int64 offsets: framed bytes may pass 2 GiB
-    offsets = np.frombuffer(records.buffers()[1], np.int64, count + 1, records.offset * 8)
+    offsets = _offsets(records)
+    if int(offsets[-1] - offsets[0]) + FRAMING_BYTES * count > _INT32_MAX:
+        records = records.cast(pa.large_binary())  # framed, they pass int32 offsets
+    binary_type = records.type
     lengths = np.diff(offsets).astype("<u8")
-    # Records of a table have few distinct lengths: each length's CRC is computed once.
-    distinct, which = np.unique(lengths, return_inverse=True)
-    length_crcs = np.array([masked_crc32c(n.tobytes()) for n in distinct], "<u4")[which]
-    data_crcs = _mask(np.fromiter(map(google_crc32c.value, records.to_pylist()), np.uint32, count))
     heads = np.empty((count, 12), np.uint8)
     heads[:, :8] = lengths.view(np.uint8).reshape(count, 8)
-    heads[:, 8:] = length_crcs.view(np.uint8).reshape(count, 4)
-    tails = data_crcs.astype("<u4").view(np.uint8)
+    heads[:, 8:] = _mask(_crc32c_rows(heads[:, :8])).astype("<u4").view(np.uint8).reshape(count, 4)
+    data_crcs = np.fromiter(map(google_crc32c.value, records.to_pylist()), np.uint32, count)
+    tails = _mask(data_crcs).astype("<u4").view(np.uint8)
     framed = pc.binary_join_element_wise(
-        _fixed_width(heads.reshape(-1), 12, count),
+        _fixed_width(heads.reshape(-1), 12, count, binary_type),
         records,
-        _fixed_width(tails, 4, count),
-        pa.scalar(b"", pa.large_binary()),
+        _fixed_width(tails, 4, count, binary_type),
+        pa.scalar(b"", binary_type),
     )
-    _, framed_offsets, data = framed.buffers()
-    bounds = np.frombuffer(framed_offsets, np.int64, count + 1, framed.offset * 8)
-    return data.slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
+    bounds = _offsets(framed)
+    return framed.buffers()[2].slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The value offsets of a binary or large_binary array (its own slice of them)."""
+    width = np.int64 if array.type == pa.large_binary() else np.int32
+    size = np.dtype(width).itemsize
+    return np.frombuffer(array.buffers()[1], width, len(array) + 1, array.offset * size)
+
+
+def _crc32c_rows(rows: np.ndarray) -> np.ndarray:
+    """The CRC32C of each row of a uint8 matrix (short rows: one table step per column)."""
+    crcs = np.full(len(rows), 0xFFFFFFFF, np.uint32)
+    for column in range(rows.shape[1]):
+        crcs = _CRC_TABLE[(crcs ^ rows[:, column]) & np.uint32(0xFF)] ^ (crcs >> np.uint32(8))
+    return crcs ^ np.uint32(0xFFFFFFFF)
 
 
 def _mask(crcs: np.ndarray) -> np.ndarray:
@@ -51,9 +76,10 @@ def _mask(crcs: np.ndarray) -> np.ndarray:
     return ((crcs >> np.uint32(15)) | (crcs << np.uint32(17))) + _MASK_DELTA
 
 
-def _fixed_width(data: np.ndarray, width: int, count: int) -> pa.Array:
-    """`count` values of `width` bytes each, laid end to end in `data`, as a large_binary array."""
-    offsets = np.arange(0, (count + 1) * width, width, dtype=np.int64)
+def _fixed_width(data: np.ndarray, width: int, count: int, binary_type: pa.DataType) -> pa.Array:
+    """`count` values of `width` bytes each, laid end to end in `data`, as a binary array."""
+    offset_type = np.int64 if binary_type == pa.large_binary() else np.int32
+    offsets = np.arange(0, (count + 1) * width, width, dtype=offset_type)
     return pa.Array.from_buffers(
-        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+        binary_type, count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
     )

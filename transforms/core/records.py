@@ -184,18 +184,24 @@ def piece_rows(piece: RefPiece) -> int:
 
 def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
     """One columnar batch of RecordRefs holding those of `pieces` (RefPieces), in order."""
-    return _one_batch(_table_of(pieces))
+    return _one_batch(ref_table(pieces))
 
 
 def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
-    """The records of `pieces` in one batch, in order-key order (bytewise, as Python sorts
-    bytes): each column is copied once, by the take that sorts."""
-    table = _table_of(pieces)
-    return _one_batch(table.take(pa.compute.sort_indices(table.column("order"))))
+    """The records of `pieces` in one batch, in order-key order."""
+    return in_order(ref_table(pieces))
 
 
-def _table_of(pieces: Iterable[RefPiece]) -> pa.Table:
-    """The records of `pieces` as a Table whose chunks are the batches (not copied)."""
+def in_order(table: pa.Table, columns: Sequence[str] | None = None) -> pa.RecordBatch:
+    """A table's records (or just the named columns) in one batch, in order-key order
+    (bytewise, as Python sorts bytes): each column is copied once, by the take that sorts."""
+    order = pa.compute.sort_indices(table.column("order"))
+    return _one_batch((table if columns is None else table.select(columns)).take(order))
+
+
+def ref_table(pieces: Iterable[RefPiece]) -> pa.Table:
+    """The records of `pieces` (RefPieces) as a Table whose chunks are their batches, not
+    copied; pieces of plain columns are gathered into batches between them."""
     batches: list[pa.RecordBatch] = []
     pending: list[list] = [[] for _ in REF_SCHEMA]
     for piece in pieces:
@@ -219,7 +225,7 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
             columns.append(column.combine_chunks())
         else:
             columns.append(pa.array([], column.type))
-    return pa.RecordBatch.from_arrays(columns, schema=REF_SCHEMA)
+    return pa.RecordBatch.from_arrays(columns, schema=table.schema)
 
 
 def _columns_batch(pending: list[list]) -> pa.RecordBatch:
