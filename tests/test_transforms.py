@@ -27,6 +27,7 @@ from transforms.core.records import (
     ref_batch,
     refs_of,
     take_piece,
+    take_pieces,
 )
 from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.discover import ListInputs
@@ -89,6 +90,18 @@ def test_small_pieces_travel_as_plain_columns_and_concatenate_in_order():
     as_lists = coder.encode(take_piece(batch, np.array([7]), lists))
     as_batch = coder.encode(batch.take(pa.array([7])))
     assert len(as_lists) * 2 < len(as_batch)
+
+
+def test_take_pieces_gives_the_pieces_take_piece_gives():
+    refs = [_ref(i, 100 + i) for i in range(100)]
+    batch = ref_batch(refs)
+    groups = [np.array([5, 3]), np.arange(40, 80), np.array([9]), np.array([], np.int64)]
+    pieces = take_pieces(batch, groups)
+    lists: list = []
+    expected = [take_piece(batch, positions, lists) for positions in groups]
+    assert [type(piece) for piece in pieces] == [type(piece) for piece in expected]
+    assert [refs_of(piece) for piece in pieces] == [refs_of(piece) for piece in expected]
+    assert refs_of(pieces[0]) == [refs[5], refs[3]]
 
 
 @pytest.mark.parametrize("batch_size", [1, 37, 1000])

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
@@ -165,6 +166,26 @@ def take_piece(batch: pa.RecordBatch, positions: Sequence[int], lists: list) -> 
         lists.extend(column.to_pylist() for column in batch.columns)
     rows = [int(i) for i in positions]
     return tuple([column[i] for i in rows] for column in lists)
+
+
+def take_pieces(batch: pa.RecordBatch, groups: Sequence[np.ndarray]) -> list[RefPiece]:
+    """`take_piece` of each group of positions, with the rows of all small pieces turned into
+    Python values at once: only those rows, however large the batch."""
+    small = [positions for positions in groups if len(positions) < SMALL_PIECE_ROWS]
+    values: list[list] = []
+    if small:
+        gathered = batch.take(pa.array(np.concatenate(small), pa.int64()))
+        values = [column.to_pylist() for column in gathered.columns]
+    pieces: list[RefPiece] = []
+    start = 0
+    for positions in groups:
+        if len(positions) >= SMALL_PIECE_ROWS:
+            pieces.append(batch.take(pa.array(positions, pa.int64())))
+            continue
+        end = start + len(positions)
+        pieces.append(tuple(column[start:end] for column in values))
+        start = end
+    return pieces
 
 
 class SpilledPiece(NamedTuple):
