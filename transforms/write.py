@@ -42,7 +42,7 @@ ERRORS = "errors"
 # Image reads in flight per shard writer: hides object-store latency, bounded by bytes in memory.
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
-_FRAMES_PER_WRITE = 16384
+_FRAMES_PER_WRITE = 4096
 
 
 def temp_folder(output: str, run_id: str) -> str:
