@@ -24,10 +24,12 @@ from transforms.core.records import (
     RecordRef,
     Source,
     concat_batches,
+    ordered_batch,
     piece_rows,
     ref_batch,
     refs_of,
     take_piece,
+    take_pieces,
 )
 from transforms.core.sharding import ShardingConfig, assign_all
 from transforms.core.tfrecord import FRAMING_BYTES, frame_record
@@ -81,12 +83,28 @@ def test_small_pieces_travel_as_plain_columns_and_concatenate_in_order():
     assert [piece_rows(small), piece_rows(large)] == [2, 40]
     joined = concat_batches([small, large, take_piece(batch, np.array([9]), lists)])
     assert refs_of(joined) == [refs[5], refs[3], *refs[40:80], refs[9]]
+    ordered = ordered_batch([small, large, take_piece(batch, np.array([9]), lists)])
+    expected = sorted([refs[5], refs[3], *refs[40:80], refs[9]], key=lambda ref: ref.order)
+    assert refs_of(ordered) == expected
+    assert refs_of(ordered_batch([])) == []
     assert refs_of(small) == [refs[5], refs[3]]
     # What Beam's default coder makes of a one-record piece: its values, not a schema.
     coder = beam.coders.FastPrimitivesCoder()
     as_lists = coder.encode(take_piece(batch, np.array([7]), lists))
     as_batch = coder.encode(batch.take(pa.array([7])))
     assert len(as_lists) * 2 < len(as_batch)
+
+
+def test_take_pieces_gives_the_pieces_take_piece_gives():
+    refs = [_ref(i, 100 + i) for i in range(100)]
+    batch = ref_batch(refs)
+    groups = [np.array([5, 3]), np.arange(40, 80), np.array([9]), np.array([], np.int64)]
+    pieces = take_pieces(batch, groups)
+    lists: list = []
+    expected = [take_piece(batch, positions, lists) for positions in groups]
+    assert [type(piece) for piece in pieces] == [type(piece) for piece in expected]
+    assert [refs_of(piece) for piece in pieces] == [refs_of(piece) for piece in expected]
+    assert refs_of(pieces[0]) == [refs[5], refs[3]]
 
 
 @pytest.mark.parametrize("batch_size", [1, 37, 1000])

@@ -18,6 +18,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
+from transforms.core.frame_columns import frame_binary_array
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
     errors_file_name,
@@ -31,12 +32,12 @@ from transforms.core.records import (
     ErrorRecord,
     RecordRef,
     ShardResult,
-    concat_batches,
+    in_order,
+    ref_table,
     refs_of,
-    sorted_by_order,
 )
 from transforms.core.sharding import SplitLayout
-from transforms.core.tfrecord import frame_records, framing_of
+from transforms.core.tfrecord import framing_of
 from transforms.progress import LOGGER
 from transforms.spill import unspilled
 from transforms.storage_errors import STORAGE_ERRORS
@@ -124,7 +125,7 @@ class _WriteShardFn(beam.DoFn):
         temp_dir = temp_folder(self._output, self._run_id)
         temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
         temp_index = FileSystems.join(temp_dir, f"{index_name}.{attempt}") if index_name else None
-        ordered = sorted_by_order(concat_batches(unspilled(pieces)))
+        records = ref_table(unspilled(pieces))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
@@ -135,12 +136,12 @@ class _WriteShardFn(beam.DoFn):
                 if (self._compression == "gzip")
                 else sink
             )
-            if index_out is None and ordered.column("payload_path").null_count == len(ordered):
+            if index_out is None and records.column("payload_path").null_count == len(records):
                 # Every record is complete already (tables): framed in bulk.
-                count = _write_complete(ordered, stream, labels)
+                count = _write_complete(records, stream, labels)
                 refs = []
             else:
-                refs = refs_of(ordered)
+                refs = refs_of(in_order(records))
             for ref, fetch in _read_ahead(refs, self._pool):
                 try:
                     pieces = _materialize(ref, fetch)
@@ -184,10 +185,10 @@ class _WriteShardFn(beam.DoFn):
 
 
 def _write_complete(records, stream, labels: collections.Counter) -> int:
-    """Write records that need no payload (a RecordBatch in order); count their labels."""
-    examples = records.column("example").to_pylist()
+    """Write records that need no payload (a RecordRef table), in order; count their labels."""
+    examples = in_order(records, ["example"]).column(0)
     for start in range(0, len(examples), _FRAMES_PER_WRITE):
-        stream.write(frame_records(examples[start : start + _FRAMES_PER_WRITE]))
+        stream.write(memoryview(frame_binary_array(examples.slice(start, _FRAMES_PER_WRITE))))
     label_counts = pc.value_counts(records.column("label").drop_null())
     for entry in label_counts.to_pylist():
         labels[entry["values"]] += entry["counts"]

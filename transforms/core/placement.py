@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.core.records import RefPiece, concat_batches, sorted_by_order, take_piece
+from transforms.core.records import RefPiece, ordered_batch, take_piece, take_pieces
 from transforms.core.sharding import (
     NUM_BUCKETS,
     ShardingConfig,
@@ -84,19 +84,24 @@ def place_batch(
     """A batch → its records grouped by shard, for buckets one shard holds whole, and grouped
     by bucket for the buckets a shard boundary cuts (these need their bucket sorted first).
     `whole` is `whole_shards_of(layouts)`."""
-    pieces: list[Piece] = []
-    cut: list[CutPiece] = []
-    lists: list = []  # the batch's columns as lists, made for the first small piece
+    keys: list[tuple[bool, tuple[str, int]]] = []  # (cut?, (split, shard or bucket))
+    groups: list[np.ndarray] = []
     buckets = buckets_of(batch.column("order"))
     for split, rows in _groups(batch.column("split")):
         shards = whole[split][buckets[rows]]
         for shard, positions in _int_groups(shards):
             if shard >= 0:
-                pieces.append(((split, shard), take_piece(batch, rows[positions], lists)))
+                keys.append((False, (split, shard)))
+                groups.append(rows[positions])
                 continue
             cut_rows = rows[positions]
             for bucket, members in _int_groups(buckets[cut_rows]):
-                cut.append(((split, bucket), take_piece(batch, cut_rows[members], lists)))
+                keys.append((True, (split, bucket)))
+                groups.append(cut_rows[members])
+    pieces: list[Piece] = []
+    cut: list[CutPiece] = []
+    for (is_cut, key), piece in zip(keys, take_pieces(batch, groups), strict=True):
+        (cut if is_cut else pieces).append((key, piece))
     return pieces, cut
 
 
@@ -104,7 +109,7 @@ def place_cut_bucket(
     split: str, bucket: int, batches: Iterable[RefPiece], layouts: Mapping[str, SplitLayout]
 ) -> Iterator[Piece]:
     """Every record of one cut bucket → its records grouped by shard, in order-key order."""
-    ordered = sorted_by_order(concat_batches(batches))
+    ordered = ordered_batch(batches)
     sizes = ordered.column("size").to_pylist()
     shards = np.array(assign_bucket(layouts[split], bucket, sizes), dtype=np.int64)
     lists: list = []

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
@@ -167,6 +168,26 @@ def take_piece(batch: pa.RecordBatch, positions: Sequence[int], lists: list) -> 
     return tuple([column[i] for i in rows] for column in lists)
 
 
+def take_pieces(batch: pa.RecordBatch, groups: Sequence[np.ndarray]) -> list[RefPiece]:
+    """`take_piece` of each group of positions, with the rows of all small pieces turned into
+    Python values at once: only those rows, however large the batch."""
+    small = [positions for positions in groups if len(positions) < SMALL_PIECE_ROWS]
+    values: list[list] = []
+    if small:
+        gathered = batch.take(pa.array(np.concatenate(small), pa.int64()))
+        values = [column.to_pylist() for column in gathered.columns]
+    pieces: list[RefPiece] = []
+    start = 0
+    for positions in groups:
+        if len(positions) >= SMALL_PIECE_ROWS:
+            pieces.append(batch.take(pa.array(positions, pa.int64())))
+            continue
+        end = start + len(positions)
+        pieces.append(tuple(column[start:end] for column in values))
+        start = end
+    return pieces
+
+
 class SpilledPiece(NamedTuple):
     """A RefPiece parked in a spill file (transforms/spill.py): an Arrow IPC stream of one
     RecordBatch at bytes [offset, offset + length) of `path`, holding `rows` records."""
@@ -184,6 +205,24 @@ def piece_rows(piece: RefPiece) -> int:
 
 def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
     """One columnar batch of RecordRefs holding those of `pieces` (RefPieces), in order."""
+    return _one_batch(ref_table(pieces))
+
+
+def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
+    """The records of `pieces` in one batch, in order-key order."""
+    return in_order(ref_table(pieces))
+
+
+def in_order(table: pa.Table, columns: Sequence[str] | None = None) -> pa.RecordBatch:
+    """A table's records (or just the named columns) in one batch, in order-key order
+    (bytewise, as Python sorts bytes): each column is copied once, by the take that sorts."""
+    order = pa.compute.sort_indices(table.column("order"))
+    return _one_batch((table if columns is None else table.select(columns)).take(order))
+
+
+def ref_table(pieces: Iterable[RefPiece]) -> pa.Table:
+    """The records of `pieces` (RefPieces) as a Table whose chunks are their batches, not
+    copied; pieces of plain columns are gathered into batches between them."""
     batches: list[pa.RecordBatch] = []
     pending: list[list] = [[] for _ in REF_SCHEMA]
     for piece in pieces:
@@ -194,12 +233,20 @@ def concat_batches(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
             for mine, theirs in zip(pending, piece, strict=True):
                 mine.extend(theirs)
     batches.append(_columns_batch(pending))
-    table = pa.Table.from_batches([b for b in batches if b.num_rows], schema=REF_SCHEMA)
-    columns = [
-        column.combine_chunks() if column.num_chunks else pa.array([], column.type)
-        for column in table.columns
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=REF_SCHEMA)
+    return pa.Table.from_batches([b for b in batches if b.num_rows], schema=REF_SCHEMA)
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    """A table's records as one RecordBatch (a column already in one chunk is not copied)."""
+    columns = []
+    for column in table.columns:
+        if column.num_chunks == 1:
+            columns.append(column.chunk(0))
+        elif column.num_chunks:
+            columns.append(column.combine_chunks())
+        else:
+            columns.append(pa.array([], column.type))
+    return pa.RecordBatch.from_arrays(columns, schema=table.schema)
 
 
 def _columns_batch(pending: list[list]) -> pa.RecordBatch:
@@ -211,11 +258,6 @@ def _columns_batch(pending: list[list]) -> pa.RecordBatch:
     for values in pending:
         values.clear()
     return batch
-
-
-def sorted_by_order(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The batch's records in order-key order (bytewise, as Python sorts bytes)."""
-    return batch.take(pa.compute.sort_indices(batch.column("order")))
 
 
 def refs_of(piece: RefPiece | pa.Table) -> list[RecordRef]:
