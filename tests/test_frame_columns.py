@@ -5,10 +5,36 @@ import random
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from transforms.core import frame_columns
 from transforms.core.frame_columns import frame_binary_array
-from transforms.core.tfrecord import frame_records, read_records
+from transforms.core.tfrecord import frame_record, read_records
+
+
+def frame_records(records):
+    return b"".join(frame_record(r) for r in records)
+
+
+# Made with TensorFlow 2.21: `with tf.io.TFRecordWriter(p) as w: w.write(b"hello"); w.write(b"")`.
+GOLDEN = (
+    b"\x05\x00\x00\x00\x00\x00\x00\x00\xea\xb2\x04>hello\xbb\x1f\x1c\x19"
+    b"\x00\x00\x00\x00\x00\x00\x00\x00)\x03\x98\x07\xd8\xea\x82\xa2"
+)
+
+
+def test_framing_a_column_matches_tensorflow_bytes():
+    assert frame_binary_array(pa.array([b"hello", b""], pa.binary())).to_pybytes() == GOLDEN
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=30))
+def test_column_framing_is_record_by_record_framing(records):
+    # Equal lengths share a length CRC: repeats must frame exactly like the first.
+    records = records + records
+    column = pa.array(records, pa.binary())
+    assert frame_binary_array(column).to_pybytes() == frame_records(records)
 
 
 def test_frames_a_column_exactly_as_record_by_record():

@@ -1,6 +1,6 @@
 """TFRecord framing of a column of records at once: a table's shard is written in bulk.
 
-`frame_binary_array(array)` gives the same bytes as `frame_records(array.to_pylist())`, but
+`frame_binary_array(array)` gives the same bytes as `frame_record` of each record, concatenated, but
 builds them with array operations: only each record's CRC takes a call per record, and the
 framed records are assembled by one element-wise join instead of a Python list of parts.
 """

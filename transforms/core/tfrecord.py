@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -48,22 +48,6 @@ def framing_of(pieces: Sequence[bytes]) -> tuple[bytes, bytes]:
     for piece in pieces:
         crc = google_crc32c.extend(crc, piece)
     return length + _CRC.pack(_mask(google_crc32c.value(length))), _CRC.pack(_mask(crc))
-
-
-def frame_records(records: Iterable[bytes]) -> bytes:
-    """`frame_record` of each record, concatenated (one write for many small records)."""
-    parts: list[bytes] = []
-    length_crcs: dict[int, bytes] = {}  # records of a table have few distinct lengths
-    for data in records:
-        size = len(data)
-        head = length_crcs.get(size)
-        if head is None:
-            length = _LENGTH.pack(size)
-            head = length_crcs[size] = length + _CRC.pack(masked_crc32c(length))
-        parts.append(head)
-        parts.append(data)
-        parts.append(_CRC.pack(masked_crc32c(data)))
-    return b"".join(parts)
 
 
 def _mask(crc: int) -> int:
