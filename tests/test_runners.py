@@ -80,14 +80,17 @@ def _plain_args(table: pathlib.Path, out: pathlib.Path) -> list[str]:
     ]
 
 
+def _converted_in_process(args: list[str], out: pathlib.Path) -> pathlib.Path:
+    """`out` after an in-process `recordforge` run of `args`: the output runners must match."""
+    result = subprocess.run([RECORDFORGE, *args], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
 @pytest.fixture(scope="module")
 def plain_reference(plain_table, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("plain-reference") / "out"
-    result = subprocess.run(
-        [RECORDFORGE, *_plain_args(plain_table, out)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    return _converted_in_process(_plain_args(plain_table, out), out)
 
 
 def assert_same_plain_dataset(out: pathlib.Path, reference: pathlib.Path) -> None:
@@ -123,11 +126,7 @@ def _convert_args(table: pathlib.Path, out: pathlib.Path) -> list[str]:
 def reference(table, tmp_path_factory) -> pathlib.Path:
     """The in-process conversion every runner's output is compared with."""
     out = tmp_path_factory.mktemp("reference") / "out"
-    result = subprocess.run(
-        [RECORDFORGE, *_convert_args(table, out)], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    return out
+    return _converted_in_process(_convert_args(table, out), out)
 
 
 def _files(out: pathlib.Path) -> dict[str, bytes]:
