@@ -7,7 +7,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
@@ -15,6 +14,7 @@ from transforms.core.images import probe_image
 from transforms.core.paths import has_scheme
 from transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from transforms.progress import Progress
+from transforms.remote_reads import open_for_small_reads
 from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
@@ -105,13 +105,15 @@ class _ProbeImageFn(beam.DoFn):
 def probe_file(path: str, max_image_pixels: int) -> ImageInfo:
     """Open an image file (local, or through Beam FileSystems) and probe it.
 
+    A remote file is read in the few small pieces the probe asks for, not downloaded whole.
+
     Raises:
         InputError: the file is missing or unreadable (`MissingFile`, `UnreadableFile`), or
             not a usable image (the kinds of `transforms.core.images.probe_image`).
     """
     try:
         if has_scheme(path):
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+            with open_for_small_reads(path) as stream:
                 size = stream.seek(0, 2)
                 stream.seek(0)
                 facts = probe_image(stream, size, max_pixels=max_image_pixels)
