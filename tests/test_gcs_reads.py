@@ -98,6 +98,27 @@ def test_a_probe_downloads_the_header_of_a_large_image_not_the_file(gcs, bucket,
         assert 0 < sum(fetched) <= limit, (name, fetched)
 
 
+def test_a_small_image_is_fetched_whole_in_one_request(gcs, bucket, tmp_path):
+    # Cheaper than a first read and a read of the end: one round trip, no more bytes than a
+    # probe whose header needs its second read.
+    emulator, downloads = gcs
+    sizes = {
+        "tiny.png": noise_image(tmp_path / "tiny.png", "PNG", (20, 20), seed=6),
+        "mid.jpg": noise_image(tmp_path / "mid.jpg", "JPEG", (150, 100), seed=7, quality=95),
+        "photo.jpg": noise_image(tmp_path / "photo.jpg", "JPEG", (400, 300), seed=8, quality=90),
+    }
+    assert sizes["tiny.png"] < FIRST_READ < sizes["mid.jpg"] < HEAD_READ < sizes["photo.jpg"]
+    upload(emulator, tmp_path, bucket, "in")
+    for name, size in sizes.items():
+        remote = probe_file(f"gs://{bucket}/in/{name}", max_image_pixels=1 << 30)
+        assert remote == probe_file(str(tmp_path / name), max_image_pixels=1 << 30)
+        fetched = downloads.of(f"{bucket}/in/{name}")
+        if size <= HEAD_READ:
+            assert fetched == [size], name
+        else:  # the first read, then the last bytes
+            assert len(fetched) == 2 and sum(fetched) <= FIRST_READ + SLACK, (name, fetched)
+
+
 def test_a_truncated_large_image_is_read_whole_once_and_reported(gcs, bucket, large_images):
     """Only a full decode can tell a truncated image: then the probe reads all of it, once."""
     emulator, downloads = gcs
@@ -137,8 +158,11 @@ def test_plan_and_convert_download_each_large_image_once(gcs, bucket, large_imag
     assert plan["splits"] == json.loads(local_plan.stdout)["splits"]
     assert plan["num_inputs"] == 4 and plan["failed_inputs"] == 0
     for name, size in sizes.items():
-        fetched = sum(downloads.of(f"{bucket}/in/{name}"))
-        assert 0 < fetched <= min(size, HEAD_READ + SLACK), (name, fetched)
+        fetched = downloads.of(f"{bucket}/in/{name}")
+        if size <= HEAD_READ:
+            assert fetched == [size], (name, fetched)  # small: whole, in one request
+        else:
+            assert 0 < sum(fetched) <= HEAD_READ + SLACK < size, (name, fetched)
 
     downloads.clear()
     convert = ("convert", "--name", "big", *options)
