@@ -16,8 +16,8 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 
-# Headers that belong to one connection, not to the request or response carried over it.
 _OBJECT_PATH = re.compile(r"/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>.+)$")
+# Headers that belong to one connection, not to the request or response carried over it.
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "te", "upgrade"}
 
 
