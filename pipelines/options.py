@@ -27,6 +27,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument(
         "--labels",
+        type=_label_mode,
         choices=LABEL_MODES,
         default="auto",
         help="image folders: take class labels from root/<class>/<file> folders; 'auto' does "
@@ -76,6 +77,18 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="fail (exit 1, no dataset_info.json) when more than this fraction of inputs fail",
     )
+
+
+def _label_mode(value: str) -> str:
+    # Beam's Dataflow option --labels (job labels) shares the name; recordforge's hides it, so
+    # Beam's must be passed by its other spelling, --label, which argparse then leaves to Beam.
+    if value not in LABEL_MODES and ("=" in value or value.lstrip().startswith("{")):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a label mode ({', '.join(LABEL_MODES)}): recordforge's --labels "
+            "says how images get class labels; for Dataflow job labels give Beam's --label "
+            "KEY=VALUE (singular), once per label"
+        )
+    return value
 
 
 def add_output_options(parser: argparse.ArgumentParser) -> None:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from apache_beam.options.pipeline_options import PortableOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
+    PortableOptions,
+    StandardOptions,
+)
 from conftest import is_loopback
 
 from pipelines.runner import beam_options, runner_args
@@ -117,6 +121,25 @@ def test_convert_with_dask_but_no_address_stops_before_anything_is_written(
 def test_plan_takes_the_runner_options_too(photo_folder, cli):
     result = cli("plan", photo_folder, "--runner", "dusk")
     assert result.returncode == 2 and "unknown runner 'dusk'" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["team=vision", '{"team": "vision"}'])
+def test_dataflow_job_labels_given_as_labels_point_to_beams_label(photo_folder, cli, value):
+    result = cli("plan", photo_folder, "--labels", value)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "is not a label mode" in result.stderr and "--label KEY=VALUE" in result.stderr
+
+
+def test_beams_label_reaches_the_dataflow_options(photo_folder, tmp_path):
+    from pipelines.cli import command_parser, pipeline_options
+
+    args, beam_args = command_parser("convert").parse_known_args(
+        [str(photo_folder), "-o", str(tmp_path / "out"), "--labels", "folder"]
+        + ["--label", "team=vision", "--label", "stage=dev"]
+    )
+    options = pipeline_options(args, beam_args).view_as(GoogleCloudOptions)
+    assert args.labels == "folder"
+    assert options.labels == ["team=vision", "stage=dev"]
 
 
 @pytest.mark.parametrize(
