@@ -337,3 +337,66 @@ def test_text_labels_split_column_and_schema_rules_take_the_table_path_unchanged
         70: "BadCell",
         80: "WrongFieldCount",
     }
+
+
+_ROWS = "id,score,note\n" + "".join(f"{i},{i / 4},note {i}\n" for i in range(1, 200))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda text: text + "200,1.5,appended\n", id="rows-appended"),
+        pytest.param(lambda text: text.replace("7,1.75,note 7\n", ""), id="row-removed"),
+        # Same length, same number of rows: only the bytes tell.
+        pytest.param(lambda text: text.replace("note 17\n", "note 71\n"), id="cell-edited"),
+    ],
+)
+def test_a_csv_changed_between_the_two_reads_is_refused_by_name(
+    tmp_path, monkeypatch, capsys, change
+):
+    """The table is read twice (sized, then encoded): a file edited in between must fail the
+    run with a message naming it, no traceback, and nothing published."""
+    from pipelines import cli as cli_module
+    from transforms import table as table_module
+
+    csv_path = tmp_path / "data" / "t.csv"
+    csv_path.parent.mkdir()
+    csv_path.write_text(_ROWS)
+    second_read = table_module._PlaceTableFn.process
+
+    def change_then_read(self, file_read, *args):
+        # The first read is over (the plan exists); change the file before this read starts.
+        csv_path.write_text(change(_ROWS))
+        yield from second_read(self, file_read, *args)
+
+    monkeypatch.setattr(table_module._PlaceTableFn, "process", change_then_read)
+    out = tmp_path / "out"
+    assert cli_module.main(["convert", str(csv_path), "-o", str(out), "--name", "t"]) == 1
+    stderr = capsys.readouterr().err
+    assert f"recordforge: failed: {csv_path} changed during the conversion" in stderr, stderr
+    assert "Traceback" not in stderr and "counts do not add up" not in stderr
+    published = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    assert published == [], published  # no manifest, no shard, no temporary folder left
+
+
+def test_a_csv_read_twice_unchanged_converts(tmp_path, monkeypatch, capsys):
+    """The same hook, leaving the file as it was: the fingerprints match and the run succeeds
+    (so the test above fails for the change, not for the hook)."""
+    from pipelines import cli as cli_module
+    from transforms import table as table_module
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(_ROWS)
+    second_read = table_module._PlaceTableFn.process
+    reads = []
+
+    def rewrite_then_read(self, file_read, *args):
+        reads.append(file_read[2])
+        csv_path.write_text(_ROWS)  # rewritten with the same bytes
+        yield from second_read(self, file_read, *args)
+
+    monkeypatch.setattr(table_module._PlaceTableFn, "process", rewrite_then_read)
+    out = tmp_path / "out"
+    assert cli_module.main(["convert", str(csv_path), "-o", str(out), "--name", "t"]) == 0
+    assert [r.records for r in reads] == [199] and reads[0].num_bytes == len(_ROWS)
+    assert json.loads((out / "dataset_info.json").read_text())["num_records"] == 199

@@ -23,7 +23,8 @@ from schemas.features import FeatureTally
 from transforms.combiners import TallyCombineFn
 from transforms.core.background import ahead
 from transforms.core.csv_rows import RowError, read_csv_batches
-from transforms.core.errors import InputError
+from transforms.core.errors import InputChanged, InputError
+from transforms.core.fingerprint import FileFingerprint, FingerprintingStream
 from transforms.core.labels import LabelMap, LabelTally, resolve_labels
 from transforms.core.paths import relative_path
 from transforms.core.placement import place_batch
@@ -36,6 +37,7 @@ from transforms.spill import SpillWriter
 
 ERRORS = "errors"
 TALLY = "tally"
+READ_FILES = "read_files"
 # pyarrow parses this much CSV at a time: each batch of rows is encoded by a few dozen array
 # operations, so larger batches spread their fixed cost thinner. It must hold the longest row.
 _BLOCK_BYTES = 4 << 20
@@ -50,10 +52,11 @@ class ReadTable(beam.PTransform):
         main: PCollection[pyarrow.RecordBatch] of RecordRefs (records.REF_SCHEMA).
         errors: PCollection[ErrorRecord] for bad rows and files.
         tally: PCollection[FeatureTally], partial counts of which features records hold.
-    Also has `labels`: the run's LabelMap (one element), and `files`: the input, spread over
-    workers (for PlaceTable's second read). Text labels are numbered by the sorted class names
-    of every good row, so those take a first pass over the files (read and validated, not
-    encoded); without text labels no pass is needed. With `with_examples=False` the records
+    Also has `labels`: the run's LabelMap (one element), and `files`: (Source, path,
+    FileFingerprint) of each file read (for PlaceTable's second read, which must see the same
+    file). Text labels are numbered by the sorted class names of every good row, so those take
+    a first pass over the files (read and validated, not encoded); without text labels no
+    pass is needed. With `with_examples=False` the records
     are sized but carry no Example bytes (planning, and the first pass of a conversion).
     """
 
@@ -92,13 +95,13 @@ class ReadTable(beam.PTransform):
         built = files | "ReadAndBuild" >> beam.ParDo(
             _ReadTableFn(*self._args, with_examples=self._with_examples),
             beam.pvalue.AsSingleton(labels),
-        ).with_outputs(ERRORS, TALLY, main="records")
+        ).with_outputs(ERRORS, TALLY, READ_FILES, main="records")
         return {
             "records": built.records,
             ERRORS: built[ERRORS],
             TALLY: built[TALLY],
             "labels": labels,
-            "files": files,
+            "files": built[READ_FILES],
         }
 
 
@@ -109,7 +112,8 @@ def _add_label_texts(tally: LabelTally, source_and_texts) -> None:
 
 
 class _ReadTableFn(beam.DoFn):
-    """(Source, CSV path) → RecordRef batches; bad rows and files → `errors`; TALLY per bundle.
+    """(Source, CSV path) → RecordRef batches; bad rows and files → `errors`; TALLY per bundle;
+    (Source, path, FileFingerprint) per file → READ_FILES.
 
     With `collect_labels`, it yields (source index, text labels of the good rows) instead.
     """
@@ -151,6 +155,10 @@ class _ReadTableFn(beam.DoFn):
                 if not self._collect_labels:
                     yield item
                 continue
+            if isinstance(item, FileFingerprint):
+                if not self._collect_labels:
+                    yield beam.pvalue.TaggedOutput(READ_FILES, (source, path, item))
+                continue
             num_rows, chunk = item
             self._progress.add(num_rows)
             if self._collect_labels:
@@ -185,11 +193,15 @@ def _read_chunks(
     with_shapes: bool = True,
 ):
     """One CSV file's batches of rows as (rows in the batch, TableChunk), in file order, and
-    the rows and the file that could not be read as ERRORS outputs (ErrorRecords)."""
+    the rows and the file that could not be read as ERRORS outputs (ErrorRecords); last, the
+    read's FileFingerprint."""
     relative = relative_path(path, source.root)
     last_row = None
+    made = 0  # records
+    stream = None
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
+        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as raw:
+            stream = FingerprintingStream(raw)
             # The next block is parsed on a thread (pyarrow releases the GIL) while this one
             # is encoded.
             batches = ahead(
@@ -215,12 +227,19 @@ def _read_chunks(
                     with_examples=with_examples,
                     with_shapes=with_shapes,
                 )
+                if chunk.refs is not None:
+                    made += chunk.refs.num_rows
                 yield item.num_rows, chunk
     except InputError as error:
         yield read_error(path, None, error, after_row=last_row)
     except OSError as error:
         error = InputError("UnreadableCsv", str(error))
         yield read_error(path, None, error, after_row=last_row)
+    else:
+        yield stream.fingerprint(made)
+        return
+    # How far a failed read got depends on pyarrow's read-ahead: compare its records only.
+    yield FileFingerprint(-1, -1, made)
 
 
 class PlaceTable(beam.PTransform):
@@ -232,7 +251,11 @@ class PlaceTable(beam.PTransform):
     `spill_dir`, pieces are parked in spill files there and only references (SpilledPiece)
     travel on (transforms/spill.py); small pieces travel as they are.
 
-    Input: PCollection[(Source, str)], the `files` output of ReadTable. Output:
+    A file whose second read differs from its first (FileFingerprint: bytes, CRC32C, records)
+    changed during the run: the step raises InputChanged naming it, and the run ends without
+    a manifest.
+
+    Input: PCollection[(Source, str, FileFingerprint)], the `files` output of ReadTable. Output:
     PCollection[((split, shard), RefPiece | SpilledPiece)], for WriteShards.
     """
 
@@ -263,11 +286,10 @@ class PlaceTable(beam.PTransform):
 
 
 class _PlaceTableFn(beam.DoFn):
-    """(Source, CSV path) → ((split, shard), piece); pieces of cut buckets → CUT.
+    """(Source, CSV path, FileFingerprint) → ((split, shard), piece); cut buckets' → CUT.
 
-    Bad rows and files are skipped: ReadTable's pass reported them. Should a file read
-    differently this time (changed during the run), the record counts no longer add up and the
-    commit refuses the run.
+    Bad rows and files are skipped: ReadTable's pass reported them. A file that reads
+    differently this time (it changed during the run) raises InputChanged.
     """
 
     def __init__(self, schema: CsvSchema, roles: CsvRoles, splits, salt: str, spill_dir) -> None:
@@ -279,8 +301,8 @@ class _PlaceTableFn(beam.DoFn):
         self._whole = WholeShards()
         self._progress = Progress("csv_rows_encoded", "encoded", "CSV rows")
 
-    def process(self, source_and_path: tuple[Source, str], label_map: LabelMap, layouts):
-        source, path = source_and_path
+    def process(self, file_read: tuple[Source, str, FileFingerprint], label_map, layouts):
+        source, path, first_read = file_read
         whole = self._whole.of(layouts)
         with contextlib.ExitStack() as stack:
             spill = stack.enter_context(SpillWriter(self._spill_dir)) if self._spill_dir else None
@@ -290,6 +312,9 @@ class _PlaceTableFn(beam.DoFn):
             for item in chunks:
                 if isinstance(item, beam.pvalue.TaggedOutput):
                     continue  # reported by ReadTable
+                if isinstance(item, FileFingerprint):
+                    _check_unchanged(path, first_read, item)
+                    continue
                 num_rows, chunk = item
                 self._progress.add(num_rows)
                 if chunk.refs is None:
@@ -301,3 +326,12 @@ class _PlaceTableFn(beam.DoFn):
                     if spill is not None and isinstance(piece, pa.RecordBatch):
                         piece = spill.add(piece)
                     yield key, piece
+
+
+def _check_unchanged(path: str, first: FileFingerprint, second: FileFingerprint) -> None:
+    if second.differs_from(first):
+        raise InputChanged(
+            f"{path} changed during the conversion (read first as {first.describe()}, then "
+            f"as {second.describe()}); nothing was written: convert it again once it no "
+            "longer changes"
+        )
