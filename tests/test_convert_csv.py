@@ -339,14 +339,32 @@ def test_text_labels_split_column_and_schema_rules_take_the_table_path_unchanged
     }
 
 
-_ROWS = "id,score,note\n" + "".join(f"{i},{i / 4},note {i}\n" for i in range(1, 200))
+_ROWS = "id,kind,score,note\n" + "".join(
+    f"{i},{'ab'[i % 2]},{i / 4},note {i}\n" for i in range(1, 200)
+)
+
+
+def _change_before_second_read(monkeypatch, csv_path, new_text, seen):
+    """Text labels make a table's files read twice (class names, then records): rewrite
+    `csv_path` with `new_text` once the first read is over, just before the second."""
+    from transforms import table as table_module
+
+    second_read = table_module._ReadTableFn.process
+
+    def change_then_read(self, file, *args):
+        if len(file) == 3:  # (Source, path, FileFingerprint of the first read)
+            seen.append(file[2])
+            csv_path.write_text(new_text)
+        yield from second_read(self, file, *args)
+
+    monkeypatch.setattr(table_module._ReadTableFn, "process", change_then_read)
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        pytest.param(lambda text: text + "200,1.5,appended\n", id="rows-appended"),
-        pytest.param(lambda text: text.replace("7,1.75,note 7\n", ""), id="row-removed"),
+        pytest.param(lambda text: text + "200,zebra,1.5,appended\n", id="row-appended"),
+        pytest.param(lambda text: text.replace("7,b,1.75,note 7\n", ""), id="row-removed"),
         # Same length, same number of rows: only the bytes tell.
         pytest.param(lambda text: text.replace("note 17\n", "note 71\n"), id="cell-edited"),
     ],
@@ -354,24 +372,19 @@ _ROWS = "id,score,note\n" + "".join(f"{i},{i / 4},note {i}\n" for i in range(1, 
 def test_a_csv_changed_between_the_two_reads_is_refused_by_name(
     tmp_path, monkeypatch, capsys, change
 ):
-    """The table is read twice (sized, then encoded): a file edited in between must fail the
-    run with a message naming it, no traceback, and nothing published."""
+    """A file edited between its two reads must fail the run with a message naming it, no
+    traceback, and nothing published."""
     from pipelines import cli as cli_module
-    from transforms import table as table_module
 
     csv_path = tmp_path / "data" / "t.csv"
     csv_path.parent.mkdir()
     csv_path.write_text(_ROWS)
-    second_read = table_module._PlaceTableFn.process
-
-    def change_then_read(self, file_read, *args):
-        # The first read is over (the plan exists); change the file before this read starts.
-        csv_path.write_text(change(_ROWS))
-        yield from second_read(self, file_read, *args)
-
-    monkeypatch.setattr(table_module._PlaceTableFn, "process", change_then_read)
+    seen = []
+    _change_before_second_read(monkeypatch, csv_path, change(_ROWS), seen)
     out = tmp_path / "out"
-    assert cli_module.main(["convert", str(csv_path), "-o", str(out), "--name", "t"]) == 1
+    argv = ["convert", str(csv_path), "-o", str(out), "--name", "t", "--label-column", "kind"]
+    assert cli_module.main(argv) == 1
+    assert len(seen) == 1
     stderr = capsys.readouterr().err
     assert f"recordforge: failed: {csv_path} changed during the conversion" in stderr, stderr
     assert "Traceback" not in stderr and "counts do not add up" not in stderr
@@ -379,24 +392,18 @@ def test_a_csv_changed_between_the_two_reads_is_refused_by_name(
     assert published == [], published  # no manifest, no shard, no temporary folder left
 
 
-def test_a_csv_read_twice_unchanged_converts(tmp_path, monkeypatch, capsys):
-    """The same hook, leaving the file as it was: the fingerprints match and the run succeeds
-    (so the test above fails for the change, not for the hook)."""
+def test_a_csv_read_twice_unchanged_converts(tmp_path, monkeypatch):
+    """The same hook, rewriting the same bytes: the reads match and the run succeeds (so the
+    test above fails for the change, not for the hook)."""
     from pipelines import cli as cli_module
-    from transforms import table as table_module
 
     csv_path = tmp_path / "t.csv"
     csv_path.write_text(_ROWS)
-    second_read = table_module._PlaceTableFn.process
-    reads = []
-
-    def rewrite_then_read(self, file_read, *args):
-        reads.append(file_read[2])
-        csv_path.write_text(_ROWS)  # rewritten with the same bytes
-        yield from second_read(self, file_read, *args)
-
-    monkeypatch.setattr(table_module._PlaceTableFn, "process", rewrite_then_read)
+    seen = []
+    _change_before_second_read(monkeypatch, csv_path, _ROWS, seen)
     out = tmp_path / "out"
-    assert cli_module.main(["convert", str(csv_path), "-o", str(out), "--name", "t"]) == 0
-    assert [r.records for r in reads] == [199] and reads[0].num_bytes == len(_ROWS)
-    assert json.loads((out / "dataset_info.json").read_text())["num_records"] == 199
+    argv = ["convert", str(csv_path), "-o", str(out), "--name", "t", "--label-column", "kind"]
+    assert cli_module.main(argv) == 0
+    assert [(f.rows, f.num_bytes) for f in seen] == [(199, len(_ROWS))]
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["num_records"] == 199 and manifest["labels"] == ["a", "b"]

@@ -1,8 +1,9 @@
-"""What a file read gave (bytes, their CRC32C, records), to tell that it changed between reads.
+"""What a file read gave (bytes, their CRC32C, rows), to tell that it changed between reads.
 
-A table is read twice in a conversion (sized for the plan, then encoded). Should the file
-change in between, the second read would place records the plan never counted; comparing the
-two reads' fingerprints names the file instead of failing later on counts that do not add up.
+A table with text labels is read twice in a conversion (its class names, then its records).
+Should the file change in between, the second read would make records the label map never saw;
+comparing the two reads' fingerprints names the file instead of failing on a stray label or on
+counts that do not add up.
 """
 
 from __future__ import annotations
@@ -21,25 +22,25 @@ class FileFingerprint:
     Attributes:
         num_bytes: bytes read (decompressed), -1 when the read stopped at an error.
         crc32c: CRC32C of those bytes, -1 when the read stopped at an error.
-        records: records the read made of the file.
+        rows: data rows parsed (good or bad).
     """
 
     num_bytes: int
     crc32c: int
-    records: int
+    rows: int
 
     def differs_from(self, other: FileFingerprint) -> bool:
         """Whether two reads of a file saw different contents."""
-        if self.records != other.records:
+        if self.rows != other.rows:
             return True
-        if min(self.num_bytes, other.num_bytes) < 0:  # a read stopped early: records only
+        if min(self.num_bytes, other.num_bytes) < 0:  # a read stopped early: rows only
             return self.num_bytes != other.num_bytes
         return (self.num_bytes, self.crc32c) != (other.num_bytes, other.crc32c)
 
     def describe(self) -> str:
         if self.num_bytes < 0:
-            return f"{self.records:,} records before an error"
-        return f"{self.num_bytes:,} bytes, {self.records:,} records"
+            return f"{self.rows:,} rows before an error"
+        return f"{self.num_bytes:,} bytes, {self.rows:,} rows"
 
 
 class FingerprintingStream:
@@ -65,10 +66,9 @@ class FingerprintingStream:
         self._add(memoryview(view)[:got])
         return got
 
-    def fingerprint(self, records: int, *, complete: bool = True) -> FileFingerprint:
-        if not complete:
-            return FileFingerprint(-1, -1, records)
-        return FileFingerprint(self.num_bytes, self.crc32c, records)
+    def fingerprint(self, rows: int) -> FileFingerprint:
+        """The fingerprint of what was read, of which `rows` data rows were parsed."""
+        return FileFingerprint(self.num_bytes, self.crc32c, rows)
 
     def _add(self, data) -> None:
         # google-crc32c takes read-only buffers only: a read-only numpy view, not a copy.
