@@ -23,7 +23,7 @@ from pipelines.dataset import DatasetFolder, open_dataset
 from pipelines.inspect import add_inspect_options, inspect_command
 from pipelines.runner import add_runner_options, beam_options, runner_args
 from transforms.commit import remove_tree
-from transforms.core.errors import ErrorRateExceeded, UsageError
+from transforms.core.errors import ErrorRateExceeded, InputChanged, UsageError
 from transforms.core.sharding import human_size
 from transforms.write import temp_folder
 
@@ -167,7 +167,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         _remove_temp_files(output, config.run_id)
-        message = _error_rate_message(error)
+        message = _refusal_message(error)
         if message:
             print(f"recordforge: failed: {message}", file=sys.stderr)
             return EXIT_FAILED
@@ -216,16 +216,20 @@ def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     return output, config, options
 
 
-def _error_rate_message(error: BaseException) -> str | None:
+def _refusal_message(error: BaseException) -> str | None:
+    """The message of a run the pipeline itself refused (too many bad inputs, an input that
+    changed during the run), else None."""
     # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
     # text when the worker was another process), so look for it by name in the chain.
-    marker = ErrorRateExceeded.__name__ + ": "
+    refusals = (ErrorRateExceeded, InputChanged)
+    markers = [kind.__name__ + ": " for kind in refusals]
     while error is not None:
-        if isinstance(error, ErrorRateExceeded):
+        if isinstance(error, refusals):
             return str(error).split(" [while running")[0]
         text = str(error)
-        if marker in text:
-            return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
+        for marker in markers:
+            if marker in text:
+                return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
         error = error.__cause__ or error.__context__
     return None
 

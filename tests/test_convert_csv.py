@@ -337,3 +337,73 @@ def test_text_labels_split_column_and_schema_rules_take_the_table_path_unchanged
         70: "BadCell",
         80: "WrongFieldCount",
     }
+
+
+_ROWS = "id,kind,score,note\n" + "".join(
+    f"{i},{'ab'[i % 2]},{i / 4},note {i}\n" for i in range(1, 200)
+)
+
+
+def _change_before_second_read(monkeypatch, csv_path, new_text, seen):
+    """Text labels make a table's files read twice (class names, then records): rewrite
+    `csv_path` with `new_text` once the first read is over, just before the second."""
+    from transforms import table as table_module
+
+    second_read = table_module._ReadTableFn.process
+
+    def change_then_read(self, file, *args):
+        if len(file) == 3:  # (Source, path, FileFingerprint of the first read)
+            seen.append(file[2])
+            csv_path.write_text(new_text)
+        yield from second_read(self, file, *args)
+
+    monkeypatch.setattr(table_module._ReadTableFn, "process", change_then_read)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda text: text + "200,zebra,1.5,appended\n", id="row-appended"),
+        pytest.param(lambda text: text.replace("7,b,1.75,note 7\n", ""), id="row-removed"),
+        # Same length, same number of rows: only the bytes tell.
+        pytest.param(lambda text: text.replace("note 17\n", "note 71\n"), id="cell-edited"),
+    ],
+)
+def test_a_csv_changed_between_the_two_reads_is_refused_by_name(
+    tmp_path, monkeypatch, capsys, change
+):
+    """A file edited between its two reads must fail the run with a message naming it, no
+    traceback, and nothing published."""
+    from pipelines import cli as cli_module
+
+    csv_path = tmp_path / "data" / "t.csv"
+    csv_path.parent.mkdir()
+    csv_path.write_text(_ROWS)
+    seen = []
+    _change_before_second_read(monkeypatch, csv_path, change(_ROWS), seen)
+    out = tmp_path / "out"
+    argv = ["convert", str(csv_path), "-o", str(out), "--name", "t", "--label-column", "kind"]
+    assert cli_module.main(argv) == 1
+    assert len(seen) == 1
+    stderr = capsys.readouterr().err
+    assert f"recordforge: failed: {csv_path} changed during the conversion" in stderr, stderr
+    assert "Traceback" not in stderr and "counts do not add up" not in stderr
+    published = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    assert published == [], published  # no manifest, no shard, no temporary folder left
+
+
+def test_a_csv_read_twice_unchanged_converts(tmp_path, monkeypatch):
+    """The same hook, rewriting the same bytes: the reads match and the run succeeds (so the
+    test above fails for the change, not for the hook)."""
+    from pipelines import cli as cli_module
+
+    csv_path = tmp_path / "t.csv"
+    csv_path.write_text(_ROWS)
+    seen = []
+    _change_before_second_read(monkeypatch, csv_path, _ROWS, seen)
+    out = tmp_path / "out"
+    argv = ["convert", str(csv_path), "-o", str(out), "--name", "t", "--label-column", "kind"]
+    assert cli_module.main(argv) == 0
+    assert [(f.rows, f.num_bytes) for f in seen] == [(199, len(_ROWS))]
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["num_records"] == 199 and manifest["labels"] == ["a", "b"]

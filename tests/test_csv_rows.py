@@ -634,3 +634,34 @@ def test_terminated_stream_returns_exactly_the_data_with_its_line_ended(data, si
     # The whole rest at once, as pyarrow may ask.
     whole = TerminatedStream(io.BytesIO(data))
     assert bytes(whole.read(1)) + whole.read() == expected[:1] + expected[1:]
+
+
+def test_a_fingerprint_covers_every_byte_read_with_or_without_readinto():
+    import google_crc32c
+
+    from transforms.core.csv_io import TerminatedStream
+    from transforms.core.fingerprint import FingerprintingStream
+
+    data = b"".join(b"%d,row %d\n" % (i, i) for i in range(5000))
+
+    class NoReadinto:  # like Beam's compressed streams
+        def __init__(self, raw):
+            self._raw = io.BytesIO(raw)
+
+        def read(self, size=-1):
+            return self._raw.read(size)
+
+    prints = []
+    for stream in (io.BytesIO(data), NoReadinto(data)):
+        fingerprinting = FingerprintingStream(stream)
+        source = TerminatedStream(fingerprinting)
+        while source.read(1000):
+            pass
+        prints.append(fingerprinting.fingerprint(5000))
+    assert prints[0] == prints[1]
+    assert (prints[0].num_bytes, prints[0].crc32c) == (len(data), google_crc32c.value(data))
+    edited = FingerprintingStream(io.BytesIO(data.replace(b"row 17\n", b"row 71\n")))
+    while edited.read(4096):
+        pass
+    assert edited.fingerprint(5000).differs_from(prints[0])
+    assert not prints[0].differs_from(prints[1])

@@ -1,5 +1,6 @@
-"""Tables' encoded records parked in spill files: exact round trips, and the second read of a
-table places the very records the one-pass path placed, with only references in the shuffle."""
+"""Tables' encoded records parked in spill files: exact round trips, and a table's records,
+parked in blocks until the plan exists, are placed exactly as the one-pass path placed them,
+with only references in the shuffle."""
 
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ def test_place_table_places_what_the_one_pass_path_placed(tmp_path):
     splits = (("train", 0.8), ("test", 0.2))
     roles = CsvRoles(label_column="label")
 
-    def read(with_examples):
+    def read(with_examples, spill_dir=None):
         return ReadTable(
             SCHEMA,
             roles,
@@ -107,6 +108,7 @@ def test_place_table_places_what_the_one_pass_path_placed(tmp_path):
             label_mode="auto",
             source_indices=[0],
             with_examples=with_examples,
+            spill_dir=spill_dir,
         )
 
     with test_pipeline.TestPipeline(runner=FnApiRunner()) as p:
@@ -114,18 +116,18 @@ def test_place_table_places_what_the_one_pass_path_placed(tmp_path):
         # The one-pass path: encoded records wait for the plan, then cross the shuffle.
         before = files | "Before" >> read(True)
         assigned = before["records"] | "PlanBefore" >> PlanShards(config, ("train", "test"))
-        # The two-read path: sized, planned, then read again and placed.
-        sized = files | "Sized" >> read(False)
+        # The conversion's path: encoded blocks parked, sizes planned, then blocks placed.
+        sized = files | "Sized" >> read(False, str(spill_dir))
         layouts = sized["records"] | "Plan" >> PlanShards(config, ("train", "test"), assign=False)
-        placed = sized["files"] | PlaceTable(
-            SCHEMA,
-            roles,
-            splits=splits,
-            salt="s",
-            labels=sized["labels"],
-            layouts=layouts["layouts"],
-            spill_dir=str(spill_dir),
+        placed = sized["blocks"] | PlaceTable(layouts=layouts["layouts"], spill_dir=str(spill_dir))
+        no_bytes = sized["records"] | "ExampleBytes" >> beam.Map(
+            lambda b: b.column("example").null_count == b.num_rows
         )
+
+        def all_true(flags):
+            assert flags and all(flags), flags
+
+        assert_that(no_bytes, all_true, label="PlanWithoutBytes")
         old = assigned["assigned"] | "OldRecords" >> beam.FlatMap(_records)
         new = placed | "NewRecords" >> beam.FlatMap(_records)
 

@@ -22,7 +22,7 @@ from transforms.core.sharding import ShardingConfig
 from transforms.discover import CSV_FILES, IGNORED, ListInputs
 from transforms.probe import ProbeImages
 from transforms.shard import PlanShards
-from transforms.table import PlaceTable, ReadTable
+from transforms.table import BLOCKS, PlaceTable, ReadTable
 from transforms.write import WriteErrors, WriteShards, temp_folder, write_atomically
 
 ERRORS = "errors"
@@ -117,7 +117,7 @@ class _Planned(beam.PTransform):
         )
         assigned = planned.get("assigned")
         if tabular and self._assign:
-            assigned = self._place_table(built["files"], labels, planned["layouts"])
+            assigned = self._place_table(built[BLOCKS], planned["layouts"])
         return {
             "assigned": assigned,
             "layouts": planned["layouts"],
@@ -169,22 +169,18 @@ class _Planned(beam.PTransform):
             salt=config.salt,
             label_mode=config.label_mode,
             source_indices=[s.index for s in config.sources],
-            # Planning needs each record's size, not its bytes: PlaceTable encodes them later.
+            # Planning needs each record's size, not its bytes: a conversion parks the
+            # encoded records in spill files until PlaceTable places them.
             with_examples=False,
+            spill_dir=temp_folder(config.output, config.run_id) if self._assign else None,
         )
         return built, built["labels"]
 
-    def _place_table(self, files, labels, layouts):
-        """CSV files, read again once the plan exists → encoded records in pieces by shard."""
+    def _place_table(self, blocks, layouts):
+        """Spilled blocks of encoded records, once the plan exists → pieces by shard."""
         config = self._config
-        return files | "PlaceTable" >> PlaceTable(
-            config.csv_schema,
-            config.roles,
-            splits=config.splits,
-            salt=config.salt,
-            labels=labels,
-            layouts=layouts,
-            spill_dir=temp_folder(config.output, config.run_id),
+        return blocks | "PlaceTable" >> PlaceTable(
+            layouts=layouts, spill_dir=temp_folder(config.output, config.run_id)
         )
 
 

@@ -33,34 +33,56 @@ class SpillWriter:
 
     def __init__(self, folder: str) -> None:
         self._path = FileSystems.join(folder, f"{SPILL_PREFIX}{uuid.uuid4().hex}.arrows")
-        self._file = None
-        self._offset = 0
+        self._file: _CountingFile | None = None
+        self._sink: pa.PythonFile | None = None
 
     def add(self, batch: pa.RecordBatch) -> SpilledPiece:
         """Append `batch`; return where it is."""
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as stream:
-            stream.write_batch(batch)
-        data = sink.getvalue()
         if self._file is None:
-            self._file = FileSystems.create(
-                self._path, compression_type=CompressionTypes.UNCOMPRESSED
+            self._file = _CountingFile(
+                FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
             )
-        self._file.write(memoryview(data))
-        piece = SpilledPiece(self._path, self._offset, data.size, batch.num_rows)
-        self._offset += data.size
-        return piece
+            self._sink = pa.PythonFile(self._file, mode="w")
+        start = self._file.written
+        # Written straight to the file (pyarrow hands over its buffers as they are): no copy
+        # of the batch into one serialized buffer first.
+        with pa.ipc.new_stream(self._sink, batch.schema) as stream:
+            stream.write_batch(batch)
+        return SpilledPiece(self._path, start, self._file.written - start, batch.num_rows)
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            self._sink.close()  # closes the file too
+            self._file = self._sink = None
 
     def __enter__(self) -> SpillWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _CountingFile:
+    """A writable file object that counts the bytes written (remote files may not `tell`)."""
+
+    def __init__(self, file) -> None:
+        self._file = file
+        self.written = 0
+        self.closed = False
+
+    def write(self, data) -> int:
+        self._file.write(data)
+        size = memoryview(data).nbytes
+        self.written += size
+        return size
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+            self.closed = True
 
 
 def unspilled(pieces: Iterable[RefPiece | SpilledPiece]) -> Iterator[RefPiece]:

@@ -1,8 +1,10 @@
-"""Tables without images: CSV files read column-wise, twice in a conversion.
+"""Tables without images: CSV files read column-wise, encoded once, parked until the plan.
 
-ReadTable sizes the records (for the plan) and reports bad rows; PlaceTable reads the files
-again once the plan exists, encodes the records and places them into shards. Encoded records
-are never held waiting for the plan, and cross the shuffle as references to spill files.
+ReadTable reads each file once (after a pass over its labels when labels are texts): it sizes
+the records for the plan, reports bad rows, and parks each encoded block of rows in a spill
+file; once the plan exists, PlaceTable reads the blocks back and places their records into
+shards. Encoded records never wait for the plan in the runner's memory, and cross the shuffle
+as references to spill files (transforms/spill.py).
 """
 
 from __future__ import annotations
@@ -23,38 +25,43 @@ from schemas.features import FeatureTally
 from transforms.combiners import TallyCombineFn
 from transforms.core.background import ahead
 from transforms.core.csv_rows import RowError, read_csv_batches
-from transforms.core.errors import InputError
-from transforms.core.labels import LabelMap, LabelTally, resolve_labels
+from transforms.core.errors import InputChanged, InputError
+from transforms.core.fingerprint import FileFingerprint, FingerprintingStream
+from transforms.core.labels import LabelMap, LabelTally, UnknownLabel, resolve_labels
 from transforms.core.paths import relative_path
 from transforms.core.placement import place_batch
-from transforms.core.records import CsvRoles, Source
+from transforms.core.records import CsvRoles, Source, SpilledPiece
 from transforms.core.table_records import TableRecords
 from transforms.discover import read_error
 from transforms.progress import Progress
 from transforms.shard import CUT, SettleCutBuckets, WholeShards
-from transforms.spill import SpillWriter
+from transforms.spill import SpillWriter, unspilled
 
 ERRORS = "errors"
 TALLY = "tally"
+BLOCKS = "blocks"
+READ_FILES = "read_files"
 # pyarrow parses this much CSV at a time: each batch of rows is encoded by a few dozen array
 # operations, so larger batches spread their fixed cost thinner. It must hold the longest row.
 _BLOCK_BYTES = 4 << 20
 
 
 class ReadTable(beam.PTransform):
-    """(Source, CSV path) of tables without images → columnar batches of finished RecordRefs.
+    """(Source, CSV path) of tables without images → columnar batches of RecordRefs.
 
     Reading and building in one step, a batch of rows at a time: rows never cross a stage
     boundary one by one, and no Python code runs per cell. Input: PCollection[(Source, str)].
     Outputs (tagged):
-        main: PCollection[pyarrow.RecordBatch] of RecordRefs (records.REF_SCHEMA).
+        records: PCollection[pyarrow.RecordBatch] of RecordRefs (records.REF_SCHEMA), sized;
+            with Example bytes only when `with_examples` and no `spill_dir`.
         errors: PCollection[ErrorRecord] for bad rows and files.
         tally: PCollection[FeatureTally], partial counts of which features records hold.
-    Also has `labels`: the run's LabelMap (one element), and `files`: the input, spread over
-    workers (for PlaceTable's second read). Text labels are numbered by the sorted class names
-    of every good row, so those take a first pass over the files (read and validated, not
-    encoded); without text labels no pass is needed. With `with_examples=False` the records
-    are sized but carry no Example bytes (planning, and the first pass of a conversion).
+        blocks: with `spill_dir`, PCollection[SpilledPiece]: each batch of records, encoded
+            (Example bytes included), parked in a spill file there (for PlaceTable).
+    Also has `labels`: the run's LabelMap (one element). Text labels are numbered by the
+    sorted class names of every good row, so those take a first pass over the files (read and
+    validated, not encoded), and the second read of a file must see what the first saw (else
+    InputChanged names it); without text labels each file is read once.
     """
 
     def __init__(
@@ -67,11 +74,13 @@ class ReadTable(beam.PTransform):
         label_mode: str,
         source_indices,
         with_examples: bool = True,
+        spill_dir: str | None = None,
     ) -> None:
         super().__init__()
         self._args = (schema, roles, tuple(splits), salt)
         self._label_args = (tuple(source_indices), label_mode, bool(roles.label_column))
-        self._with_examples = with_examples
+        self._with_examples = with_examples or spill_dir is not None
+        self._spill_dir = spill_dir
 
     def expand(self, csv_files):
         schema, roles, splits, salt = self._args
@@ -79,26 +88,29 @@ class ReadTable(beam.PTransform):
         # One CSV file per task: spread files over workers before reading.
         files = csv_files | "SpreadCsvFiles" >> beam.Reshuffle()
         if TableRecords(schema, roles, splits, salt).text_labels:
+            read_labels = files | "ReadLabels" >> beam.ParDo(
+                _ReadTableFn(*self._args, collect_labels=True)
+            ).with_outputs(READ_FILES, main="labels")
             labels = (
-                files
-                | "ReadLabels" >> beam.ParDo(_ReadTableFn(*self._args, collect_labels=True))
+                read_labels.labels
                 | "TallyLabels"
                 >> beam.CombineGlobally(TallyCombineFn(LabelTally, _add_label_texts))
                 | "ResolveLabels" >> beam.Map(resolve_labels, [], source_indices, mode, labelled)
             )
+            files = read_labels[READ_FILES]  # (Source, path, FileFingerprint)
         else:
             label_map = resolve_labels(LabelTally(), [], source_indices, mode, labelled)
             labels = csv_files.pipeline | "Labels" >> beam.Create([label_map])
         built = files | "ReadAndBuild" >> beam.ParDo(
-            _ReadTableFn(*self._args, with_examples=self._with_examples),
+            _ReadTableFn(*self._args, with_examples=self._with_examples, spill_dir=self._spill_dir),
             beam.pvalue.AsSingleton(labels),
-        ).with_outputs(ERRORS, TALLY, main="records")
+        ).with_outputs(ERRORS, TALLY, BLOCKS, main="records")
         return {
             "records": built.records,
             ERRORS: built[ERRORS],
             TALLY: built[TALLY],
+            BLOCKS: built[BLOCKS],
             "labels": labels,
-            "files": files,
         }
 
 
@@ -109,9 +121,11 @@ def _add_label_texts(tally: LabelTally, source_and_texts) -> None:
 
 
 class _ReadTableFn(beam.DoFn):
-    """(Source, CSV path) → RecordRef batches; bad rows and files → `errors`; TALLY per bundle.
+    """(Source, CSV path[, FileFingerprint of an earlier read]) → RecordRef batches; bad rows
+    and files → ERRORS; TALLY per bundle; with a spill folder, encoded batches → BLOCKS.
 
-    With `collect_labels`, it yields (source index, text labels of the good rows) instead.
+    With `collect_labels`, it yields (source index, text labels of the good rows) instead, and
+    (Source, path, FileFingerprint) per file → READ_FILES.
     """
 
     def __init__(
@@ -123,10 +137,12 @@ class _ReadTableFn(beam.DoFn):
         *,
         with_examples: bool = True,
         collect_labels: bool = False,
+        spill_dir: str | None = None,
     ) -> None:
         self._args = (schema, roles, splits, salt)
         self._with_examples = with_examples
         self._collect_labels = collect_labels
+        self._spill_dir = spill_dir
 
     def setup(self):
         self._records = TableRecords(*self._args)
@@ -136,8 +152,21 @@ class _ReadTableFn(beam.DoFn):
         else:
             self._progress = Progress("csv_rows_read", "read", "CSV rows")
 
-    def process(self, source_and_path: tuple[Source, str], label_map: LabelMap | None = None):
-        source, path = source_and_path
+    def process(self, file: tuple, label_map: LabelMap | None = None):
+        source, path = file[:2]
+        first_read = file[2] if len(file) > 2 else None
+        try:
+            yield from self._read(source, path, first_read, label_map)
+        except UnknownLabel as error:
+            if first_read is None:
+                raise
+            raise InputChanged(
+                f"{path} changed during the conversion (a row has the class name "
+                f"{error.args[0][:40]!r}, which its first read did not); nothing was written: "
+                "convert it again once it no longer changes"
+            ) from None
+
+    def _read(self, source: Source, path: str, first_read, label_map: LabelMap | None):
         labels: set[str] = set()
         chunks = _read_chunks(
             self._records,
@@ -145,22 +174,38 @@ class _ReadTableFn(beam.DoFn):
             path,
             None if self._collect_labels else label_map,
             with_examples=self._with_examples,
+            fingerprint=self._collect_labels or first_read is not None,
         )
-        for item in chunks:
-            if isinstance(item, beam.pvalue.TaggedOutput):  # a row or the file failed
-                if not self._collect_labels:
-                    yield item
-                continue
-            num_rows, chunk = item
-            self._progress.add(num_rows)
-            if self._collect_labels:
-                labels.update(chunk.labels)
-                continue
-            for error in chunk.errors:
-                yield beam.pvalue.TaggedOutput(ERRORS, error)
-            if chunk.refs is not None:
-                yield chunk.refs
-            self._shapes.update(dict(chunk.shapes))
+        with contextlib.ExitStack() as stack:
+            spill = None
+            if self._spill_dir and not self._collect_labels:
+                spill = stack.enter_context(SpillWriter(self._spill_dir))
+            for item in chunks:
+                if isinstance(item, beam.pvalue.TaggedOutput):  # a row or the file failed
+                    if not self._collect_labels:
+                        yield item
+                    continue
+                if isinstance(item, FileFingerprint):
+                    if self._collect_labels:
+                        yield beam.pvalue.TaggedOutput(READ_FILES, (source, path, item))
+                    elif first_read is not None:
+                        _check_unchanged(path, first_read, item)
+                    continue
+                num_rows, chunk = item
+                self._progress.add(num_rows)
+                if self._collect_labels:
+                    labels.update(chunk.labels)
+                    continue
+                for error in chunk.errors:
+                    yield beam.pvalue.TaggedOutput(ERRORS, error)
+                if chunk.refs is not None:
+                    refs = chunk.refs
+                    if spill is not None:
+                        # The bytes wait in the spill file; the plan needs only the sizes.
+                        yield beam.pvalue.TaggedOutput(BLOCKS, spill.add(refs))
+                        refs = _without_examples(refs)
+                    yield refs
+                self._shapes.update(dict(chunk.shapes))
         if self._collect_labels:
             yield (source.index, sorted(labels))
 
@@ -175,6 +220,11 @@ class _ReadTableFn(beam.DoFn):
         yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
 
 
+def _without_examples(refs: pa.RecordBatch) -> pa.RecordBatch:
+    index = refs.schema.get_field_index("example")
+    return refs.set_column(index, refs.schema.field(index), pa.nulls(refs.num_rows, pa.binary()))
+
+
 def _read_chunks(
     records: TableRecords,
     source: Source,
@@ -182,14 +232,17 @@ def _read_chunks(
     label_map: LabelMap | None,
     *,
     with_examples: bool,
-    with_shapes: bool = True,
+    fingerprint: bool = False,
 ):
     """One CSV file's batches of rows as (rows in the batch, TableChunk), in file order, and
-    the rows and the file that could not be read as ERRORS outputs (ErrorRecords)."""
+    the rows and the file that could not be read as ERRORS outputs (ErrorRecords); last, with
+    `fingerprint`, the read's FileFingerprint."""
     relative = relative_path(path, source.root)
     last_row = None
+    rows = 0  # rows parsed (good or not)
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
+        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as raw:
+            stream = FingerprintingStream(raw) if fingerprint else raw
             # The next block is parsed on a thread (pyarrow releases the GIL) while this one
             # is encoded.
             batches = ahead(
@@ -207,97 +260,82 @@ def _read_chunks(
                 elif item.skipped:
                     last_row = item.skipped[-1].row
                 chunk = records.make(
-                    item,
-                    source.index,
-                    path,
-                    relative,
-                    label_map,
-                    with_examples=with_examples,
-                    with_shapes=with_shapes,
+                    item, source.index, path, relative, label_map, with_examples=with_examples
                 )
+                rows += item.num_rows
                 yield item.num_rows, chunk
     except InputError as error:
         yield read_error(path, None, error, after_row=last_row)
     except OSError as error:
         error = InputError("UnreadableCsv", str(error))
         yield read_error(path, None, error, after_row=last_row)
+    else:
+        if fingerprint:
+            yield stream.fingerprint(rows)
+        return
+    if fingerprint:  # how far a failed read got depends on pyarrow's read-ahead: rows only
+        yield FileFingerprint(-1, -1, rows)
 
 
 class PlaceTable(beam.PTransform):
-    """(Source, CSV path) → the tables' records, encoded, in pieces by shard.
+    """Spilled blocks of a table's encoded records → the records in pieces by shard.
 
-    The second read of the files, once the plan exists: ReadTable's pass sized the records
-    (and reported every bad row and file), this one encodes them and places each straight into
-    its shard, so encoded records never wait for the plan in the runner's memory. With
-    `spill_dir`, pieces are parked in spill files there and only references (SpilledPiece)
-    travel on (transforms/spill.py); small pieces travel as they are.
+    Once the plan exists, each block ReadTable parked is read back (one ranged read) and its
+    records placed: each shard's piece of the block is parked again, in a spill file of
+    `spill_dir`, and only its reference (SpilledPiece) travels on; small pieces and the
+    records of cut buckets travel as they are.
 
-    Input: PCollection[(Source, str)], the `files` output of ReadTable. Output:
+    Input: PCollection[SpilledPiece], the `blocks` output of ReadTable. Output:
     PCollection[((split, shard), RefPiece | SpilledPiece)], for WriteShards.
     """
 
-    def __init__(
-        self,
-        schema: CsvSchema,
-        roles: CsvRoles,
-        *,
-        splits,
-        salt: str,
-        labels,
-        layouts,
-        spill_dir: str | None = None,
-    ) -> None:
+    def __init__(self, *, layouts, spill_dir: str) -> None:
         super().__init__()
-        self._fn = _PlaceTableFn(schema, roles, tuple(splits), salt, spill_dir)
-        self._labels = labels
+        self._fn = _PlaceTableFn(spill_dir)
         self._layouts = layouts
 
-    def expand(self, files):
-        placed = files | "EncodeAndPlace" >> beam.ParDo(
-            self._fn,
-            beam.pvalue.AsSingleton(self._labels),
-            beam.pvalue.AsSingleton(self._layouts),
+    def expand(self, blocks):
+        placed = blocks | "Place" >> beam.ParDo(
+            self._fn, beam.pvalue.AsSingleton(self._layouts)
         ).with_outputs(CUT, main="pieces")
         settled = placed[CUT] | SettleCutBuckets(self._layouts)
         return (placed.pieces, settled) | "AllTablePieces" >> beam.Flatten()
 
 
 class _PlaceTableFn(beam.DoFn):
-    """(Source, CSV path) → ((split, shard), piece); pieces of cut buckets → CUT.
+    """SpilledPiece of a block → ((split, shard), piece); pieces of cut buckets → CUT."""
 
-    Bad rows and files are skipped: ReadTable's pass reported them. Should a file read
-    differently this time (changed during the run), the record counts no longer add up and the
-    commit refuses the run.
-    """
-
-    def __init__(self, schema: CsvSchema, roles: CsvRoles, splits, salt: str, spill_dir) -> None:
-        self._args = (schema, roles, splits, salt)
+    def __init__(self, spill_dir: str) -> None:
         self._spill_dir = spill_dir
 
     def setup(self):
-        self._records = TableRecords(*self._args)
         self._whole = WholeShards()
-        self._progress = Progress("csv_rows_encoded", "encoded", "CSV rows")
+        self._progress = Progress("csv_rows_placed", "placed", "CSV rows")
 
-    def process(self, source_and_path: tuple[Source, str], label_map: LabelMap, layouts):
-        source, path = source_and_path
+    def start_bundle(self):
+        self._spill = SpillWriter(self._spill_dir)
+
+    def process(self, block: SpilledPiece, layouts):
         whole = self._whole.of(layouts)
-        with contextlib.ExitStack() as stack:
-            spill = stack.enter_context(SpillWriter(self._spill_dir)) if self._spill_dir else None
-            chunks = _read_chunks(
-                self._records, source, path, label_map, with_examples=True, with_shapes=False
-            )
-            for item in chunks:
-                if isinstance(item, beam.pvalue.TaggedOutput):
-                    continue  # reported by ReadTable
-                num_rows, chunk = item
-                self._progress.add(num_rows)
-                if chunk.refs is None:
-                    continue
-                pieces, cut = place_batch(chunk.refs, whole)
-                for piece in cut:
-                    yield beam.pvalue.TaggedOutput(CUT, piece)
-                for key, piece in pieces:
-                    if spill is not None and isinstance(piece, pa.RecordBatch):
-                        piece = spill.add(piece)
-                    yield key, piece
+        for batch in unspilled([block]):
+            self._progress.add(batch.num_rows)
+            pieces, cut = place_batch(batch, whole)
+            for piece in cut:
+                yield beam.pvalue.TaggedOutput(CUT, piece)
+            for key, piece in pieces:
+                if isinstance(piece, pa.RecordBatch):
+                    piece = self._spill.add(piece)
+                yield key, piece
+
+    def finish_bundle(self):
+        # Pieces are read back in a later stage, after this bundle is done.
+        self._spill.close()
+
+
+def _check_unchanged(path: str, first: FileFingerprint, second: FileFingerprint) -> None:
+    if second.differs_from(first):
+        raise InputChanged(
+            f"{path} changed during the conversion (read first as {first.describe()}, then "
+            f"as {second.describe()}); nothing was written: convert it again once it no "
+            "longer changes"
+        )

@@ -31,3 +31,7 @@ class UsageError(Exception):
 
 class ErrorRateExceeded(Exception):
     """More inputs failed than --max-error-rate allows; the run ends without a manifest."""
+
+
+class InputChanged(Exception):
+    """An input file changed while the run was reading it; the run ends without a manifest."""

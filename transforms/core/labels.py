@@ -36,6 +36,10 @@ class LabelTally:
         return self
 
 
+class UnknownLabel(KeyError):
+    """A class name that is not among the run's (LabelMap.names); the name is args[0]."""
+
+
 @dataclass(frozen=True)
 class LabelMap:
     """The resolved labels of a run: which sources carry labels, and the id of each class name.
@@ -51,7 +55,10 @@ class LabelMap:
     note: str = ""
 
     def id_of(self, name: str) -> int:
-        return self._ids[name]
+        try:
+            return self._ids[name]
+        except KeyError:
+            raise UnknownLabel(name) from None
 
     @property
     def _ids(self) -> dict[str, int]:
