@@ -35,3 +35,48 @@ class TallyCombineFn(beam.CombineFn):
 
     def extract_output(self, tally):
         return tally
+
+
+class PartsCombineFn(beam.CombineFn):
+    """Combines (part, value) inputs, each part with its own CombineFn, into {part: output}.
+
+    Several global totals that are ready at the same point of a pipeline can share one global
+    combine this way: each `CombineGlobally` adds a chain of steps (keying, combining, a default
+    for empty input and its side input), and those steps cost the same whatever they combine.
+    Every part has an output, its CombineFn's empty one when no input named it.
+
+    Args:
+        parts: {part name: the CombineFn for that part's values}.
+    """
+
+    def __init__(self, parts: dict[str, beam.CombineFn]) -> None:
+        self._parts = dict(parts)
+
+    def setup(self, *args, **kwargs):
+        for fn in self._parts.values():
+            fn.setup(*args, **kwargs)
+
+    def teardown(self, *args, **kwargs):
+        for fn in self._parts.values():
+            fn.teardown(*args, **kwargs)
+
+    def create_accumulator(self):
+        return {part: fn.create_accumulator() for part, fn in self._parts.items()}
+
+    def add_input(self, accumulator, element):
+        part, value = element
+        accumulator[part] = self._parts[part].add_input(accumulator[part], value)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        accumulators = list(accumulators)
+        return {
+            part: fn.merge_accumulators([a[part] for a in accumulators])
+            for part, fn in self._parts.items()
+        }
+
+    def compact(self, accumulator):
+        return {part: fn.compact(accumulator[part]) for part, fn in self._parts.items()}
+
+    def extract_output(self, accumulator):
+        return {part: fn.extract_output(accumulator[part]) for part, fn in self._parts.items()}
