@@ -16,7 +16,6 @@ from conftest import make_image
 
 from schemas import codec
 from transforms.build import BuildRecords, CollectLabels
-from transforms.combiners import PartsCombineFn
 from transforms.core.keys import order_key
 from transforms.core.records import (
     Candidate,
@@ -288,34 +287,3 @@ def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_one
         assert f.read() == b"".join(expected)
     with open(index) as f:
         assert f.read() == f"0 {len(expected[0])}\n{len(expected[0])} {len(expected[1])}\n"
-
-
-def _parts_fn():
-    return PartsCombineFn(
-        {"count": beam.combiners.CountCombineFn(), "total": beam.combiners.TupleCombineFn(sum)}
-    )
-
-
-def test_parts_combine_sums_each_part_with_its_own_combine_fn():
-    # Split over many bundles' worth of accumulators, merged in any order: the same totals.
-    inputs = [("count", "x")] * 7 + [("total", (n,)) for n in range(10)]
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as p:
-        totals = p | beam.Create(inputs, reshuffle=True) | beam.CombineGlobally(_parts_fn())
-        assert_that(totals, equal_to([{"count": 7, "total": (45,)}]))
-
-
-def test_parts_combine_gives_every_part_its_empty_output_without_input():
-    with test_pipeline.TestPipeline(runner=FnApiRunner()) as p:
-        totals = p | beam.Create([]) | beam.CombineGlobally(_parts_fn())
-        assert_that(totals, equal_to([{"count": 0, "total": (0,)}]))
-
-
-def test_parts_combine_merges_accumulators_part_by_part():
-    fn = _parts_fn()
-    fn.setup()
-    halves = [fn.create_accumulator(), fn.create_accumulator()]
-    fn.add_input(halves[0], ("count", "a"))
-    fn.add_input(halves[1], ("total", (5,)))
-    fn.add_input(halves[1], ("count", "b"))
-    merged = fn.merge_accumulators(iter(halves))  # an iterator: read once
-    assert fn.extract_output(fn.compact(merged)) == {"count": 2, "total": (5,)}
