@@ -54,7 +54,7 @@ ROOT = "gs://example-datasets/imagenet/train"
 # Stage → the unique-name suffix of the transform whose input (or output) PCollection it is.
 SHUFFLED = {
     "spread candidates (Reshuffle)": "SpreadImageOpens/ReshufflePerKey/GroupByKey",
-    "bucket totals (combine)": "Plan/SumTotals/CombinePerKey/GroupByKey",
+    "bucket totals (combine)": "PlanShards/SumTotals/CombinePerKey/GroupByKey",
     "records of cut buckets": "PlanShards/SettleCutBuckets/GroupCutBuckets",
     "pieces by shard": "WriteShards/GroupByShard",
     "commit results (combine)": "Commit/GatherResults/CombinePerKey/GroupByKey",
@@ -254,14 +254,12 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
 
 
 def _totals_like(report) -> dict:
-    # The accumulator of the run's totals: the input counts, the feature tally and, most of
-    # it, a (3, NUM_BUCKETS) int64 array per split, whatever the scale.
+    # The accumulator: a (3, NUM_BUCKETS) int64 array per split, whatever the scale.
     per_bucket = report["records"] // NUM_BUCKETS
     mean = report["config"]["mean_record_bytes"]
     totals = np.empty((3, NUM_BUCKETS), np.int64)
     totals[:] = np.array([[per_bucket], [per_bucket * mean], [50 * mean]])
-    counts = [report["records"], 0, 0, 0]
-    return {"inputs": counts, "features": FeatureTally(), "buckets": {"train": totals}}
+    return {"train": totals}
 
 
 def _manifest_bytes(report, labels) -> int:

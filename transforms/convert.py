@@ -12,17 +12,16 @@ from apache_beam.io.filesystems import FileSystems
 from schemas.csv_schema import CsvSchema
 from schemas.features import FeatureTally
 from transforms.build import TALLY, BuildRecords, CollectLabels
-from transforms.combiners import PartsCombineFn, TallyCombineFn
+from transforms.combiners import TallyCombineFn
 from transforms.commit import Commit, CommitConfig
 from transforms.core.assemble import split_order
 from transforms.core.declare import csv_feature_columns, declare_features
 from transforms.core.images import DEFAULT_MAX_PIXELS
-from transforms.core.placement import bucket_totals
 from transforms.core.records import CsvRoles, InputCounts, Source
 from transforms.core.sharding import ShardingConfig
 from transforms.discover import CSV_FILES, IGNORED, ListInputs
 from transforms.probe import ProbeImages
-from transforms.shard import PlanShards, SumTotalsFn
+from transforms.shard import PlanShards
 from transforms.table import PlaceTable, ReadTable
 from transforms.write import WriteErrors, WriteShards, temp_folder, write_atomically
 
@@ -109,14 +108,12 @@ class _Planned(beam.PTransform):
         else:
             built, labels, early_errors = self._probe_and_build(pbegin, listed)
             counted, read_errors = listed["candidates"], listed[ERRORS]
-        counts, ignored, tally, totals = _sum_totals(
-            counted, read_errors, early_errors, listed[IGNORED], built[TALLY], built["records"]
+        counts, ignored = _count_inputs(counted, read_errors, early_errors, listed[IGNORED])
+        tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
+            TallyCombineFn(FeatureTally, FeatureTally.merge)
         )
         planned = built["records"] | "PlanShards" >> PlanShards(
-            config.sharding,
-            config.configured_splits,
-            assign=self._assign and not tabular,
-            totals=totals,
+            config.sharding, config.configured_splits, assign=self._assign and not tabular
         )
         assigned = planned.get("assigned")
         if tabular and self._assign:
@@ -204,50 +201,25 @@ def _is_plain_table(config: ConvertConfig) -> bool:
     )
 
 
-# The parts of the run's one global combine (_sum_totals).
-_INPUTS, _FEATURES, _BUCKETS = "inputs", "features", "buckets"
-
-
-def _sum_totals(batches, read_errors, early_errors, ignored, tallies, records):
-    """The run's global totals, all from one combine: (InputCounts, number of ignored files,
-    FeatureTally, {split: bucket totals} for PlanShards), each a single-element PCollection.
+def _count_inputs(batches, read_errors, early_errors, ignored):
+    """(InputCounts, number of ignored files), from one global count of four streams.
 
     Inputs are the records in `batches` (lists) plus the rows and files that never became one
-    (`read_errors`); `tallies` are partial FeatureTallies; `records` the RecordRef batches. All
-    are ready at the same point, and each global combine costs a chain of pipeline steps
-    (keying, combining, a default for empty input), whatever it combines: so one for all.
+    (`read_errors`). One combine for all four: each global combine costs a pipeline stage or
+    two, whatever it counts.
     """
-    tagged = (
-        batches | "TallyBatch" >> beam.Map(lambda batch: (_INPUTS, (len(batch), 0, 0, 0))),
-        read_errors | "TallyReadError" >> beam.Map(lambda _: (_INPUTS, (0, 1, 0, 0))),
-        early_errors | "TallyEarlyError" >> beam.Map(lambda _: (_INPUTS, (0, 0, 1, 0))),
-        ignored | "TallyIgnored" >> beam.Map(lambda _: (_INPUTS, (0, 0, 0, 1))),
-        tallies | "TagFeatureTally" >> beam.Map(lambda tally: (_FEATURES, tally)),
-        records | "BucketTotals" >> beam.Map(lambda batch: (_BUCKETS, bucket_totals(batch))),
-    ) | "AllTotals" >> beam.Flatten()
-    totals = tagged | "SumTotals" >> beam.CombineGlobally(
-        PartsCombineFn(
-            {
-                # (records in batches, read errors, early errors, ignored files)
-                _INPUTS: beam.combiners.TupleCombineFn(sum, sum, sum, sum),
-                _FEATURES: TallyCombineFn(FeatureTally, FeatureTally.merge),
-                _BUCKETS: SumTotalsFn(),
-            }
-        )
+    tallies = (
+        batches | "TallyBatch" >> beam.Map(lambda batch: (len(batch), 0, 0, 0)),
+        read_errors | "TallyReadError" >> beam.Map(lambda _: (0, 1, 0, 0)),
+        early_errors | "TallyEarlyError" >> beam.Map(lambda _: (0, 0, 1, 0)),
+        ignored | "TallyIgnored" >> beam.Map(lambda _: (0, 0, 0, 1)),
+    ) | "AllTallies" >> beam.Flatten()
+    # (records in batches, read errors, early errors, ignored files)
+    totals = tallies | "CountInputs" >> beam.CombineGlobally(
+        beam.combiners.TupleCombineFn(sum, sum, sum, sum)
     )
-    inputs = totals | "InputCounts" >> beam.Map(lambda t: InputCounts(*_input_counts(t)))
-    return (
-        inputs,
-        totals | "IgnoredFiles" >> beam.Map(lambda t: t[_INPUTS][3]),
-        totals | "FeatureTally" >> beam.Map(lambda t: t[_FEATURES]),
-        totals | "BucketTotalsBySplit" >> beam.Map(lambda t: t[_BUCKETS]),
-    )
-
-
-def _input_counts(totals: dict) -> tuple[int, int]:
-    """(inputs, early errors) from the summed (records, read errors, early errors, ignored)."""
-    records, read_errors, early_errors, _ = totals[_INPUTS]
-    return records + read_errors, early_errors
+    counts = totals | "InputCounts" >> beam.Map(lambda t: InputCounts(t[0] + t[1], t[2]))
+    return counts, totals | "IgnoredFiles" >> beam.Map(lambda t: t[3])
 
 
 class ConvertToTFRecords(beam.PTransform):

@@ -36,31 +36,22 @@ class PlanShards(beam.PTransform):
             (absent when not assigning).
         layouts: PCollection with a single dict {split: SplitLayout} (plan + bucket bounds),
             covering every configured split even when it received no records.
-    `totals`, when given, is a PCollection with the single {split: totals} dict that
-    SumTotalsFn makes of `bucket_totals(batch)` over every batch.
     """
 
-    def __init__(
-        self, config: ShardingConfig, splits: Sequence[str], assign: bool = True, totals=None
-    ) -> None:
+    def __init__(self, config: ShardingConfig, splits: Sequence[str], assign: bool = True) -> None:
         super().__init__()
         self._config = config
         self._splits = tuple(splits)
         self._assign = assign
-        self._totals = totals
 
     def expand(self, batches):
-        # {split: (3, NUM_BUCKETS) totals}: the only global step. Given (`totals`) when the
-        # caller sums them together with its other global totals (SumTotalsFn, bucket_totals).
-        totals = self._totals
-        if totals is None:
-            totals = (
-                batches
-                | "BucketTotals" >> beam.Map(bucket_totals)
-                | "SumTotals" >> beam.CombineGlobally(SumTotalsFn())
-            )
-        # {split: SplitLayout}
-        layouts = totals | "Layouts" >> beam.Map(build_layouts, self._config, self._splits)
+        # {split: SplitLayout}: the only global step, over (3, 65536) totals per split.
+        layouts = (
+            batches
+            | "BucketTotals" >> beam.Map(bucket_totals)
+            | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
+            | "Layouts" >> beam.Map(build_layouts, self._config, self._splits)
+        )
         if not self._assign:  # planning only
             return {"layouts": layouts}
         placed = batches | "AssignShards" >> beam.ParDo(
@@ -92,7 +83,7 @@ class SettleCutBuckets(beam.PTransform):
         )
 
 
-class SumTotalsFn(beam.CombineFn):
+class _SumTotalsFn(beam.CombineFn):
     """Merges {split: (3, NUM_BUCKETS) totals} dicts."""
 
     def create_accumulator(self):
