@@ -7,7 +7,12 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pipelines.runner import default_runner, grpc_listeners_on_loopback, uses_default_runner
+from pipelines.runner import (
+    default_runner,
+    dofns_inspected_once,
+    grpc_listeners_on_loopback,
+    uses_default_runner,
+)
 from transforms.convert import ConvertConfig, ConvertToTFRecords, PlanDataset
 
 
@@ -32,7 +37,7 @@ def run_pipeline(
     Raises whatever the runner raises when the pipeline fails.
     """
     runner = default_runner() if uses_default_runner(options) else None
-    with grpc_listeners_on_loopback():
+    with grpc_listeners_on_loopback(), dofns_inspected_once():
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline)
         result = pipeline.run()

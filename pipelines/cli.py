@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -45,6 +46,8 @@ def main(
     once the runner has accepted the pipeline instead of waiting for it to finish. Both serve
     the Dataflow Flex Template launch (pipelines/flex_template).
     """
+    if argv is None:
+        _spare_the_collector()
     parser = _parser()
     if beam_argv is None:
         args, beam_args = parser.parse_known_args(argv)
@@ -145,6 +148,19 @@ def command_parser(command: str) -> argparse.ArgumentParser:
         if isinstance(action, argparse._SubParsersAction):
             return action.choices[command]
     raise KeyError(command)
+
+
+def _spare_the_collector() -> None:
+    """Keep the garbage collector off the objects that live as long as the program.
+
+    Importing Beam leaves ~0.5 M objects behind (modules, classes, protobuf descriptors) that
+    never become garbage, yet the collector walks all of them in every full collection, and
+    the interpreter frees them one by one at exit: ~0.4 s of CPU in a 2 s conversion. Frozen,
+    they are left alone (reference counting still frees what is dropped). Only when run as
+    the `recordforge` program (argv from the command line): a process that imports `main`,
+    such as a test session, keeps its collector as it is.
+    """
+    gc.freeze()
 
 
 def _configure_logging(level: int) -> None:

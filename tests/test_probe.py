@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import warnings
 
 import apache_beam as beam
 import pytest
@@ -87,3 +89,62 @@ def test_an_unexpected_error_in_a_remote_probe_propagates(tmp_path, monkeypatch)
     monkeypatch.setattr(probe, "probe_file", broken)
     with pytest.raises(RuntimeError, match="storage outage"):
         _run(_candidates(tmp_path))
+
+
+def test_local_files_opened_ahead_are_probed_in_order_and_all_closed(tmp_path) -> None:
+    # More files than are opened ahead, with a broken link, a folder and a file that changes
+    # after it was opened ahead: each answer belongs to its own file, in order.
+    sizes = []
+    names = []
+    for i in range(2 * probe.LOCAL_PROBES_AHEAD + 3):
+        name = f"{i:03d}.png"
+        make_image(tmp_path / name, "PNG", size=(10 + i, 5))
+        names.append(name)
+        sizes.append((tmp_path / name).stat().st_size)
+    (tmp_path / "broken.png").symlink_to(tmp_path / "gone.png")
+    (tmp_path / "folder.png").mkdir()
+    names[5:5] = ["broken.png", "folder.png"]
+    sizes[5:5] = [None, None]
+    batch = [
+        tuple(
+            Candidate(key=f"0:{n}", path=str(tmp_path / n), row=None, image_path=str(tmp_path / n))
+        )
+        for n in names
+    ]
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", ResourceWarning)
+        probed, errors, _ = _run(batch)
+        gc.collect()
+    assert [w for w in warned if issubclass(w.category, ResourceWarning)] == []
+
+    (records,) = probed
+    good = [(n, s) for n, s in zip(names, sizes, strict=True) if s is not None]
+    assert [(packed[0], info[0], info[2]) for packed, info in records] == [
+        (f"0:{n}", size, 10 + int(n[:3])) for n, size in good
+    ]
+    assert [(e.path, e.error) for e in errors] == [
+        (str(tmp_path / "broken.png"), "MissingFile"),
+        (str(tmp_path / "folder.png"), "UnreadableFile"),
+    ]
+    assert "broken symbolic link" in errors[0].message
+
+
+def test_an_unexpected_error_leaves_no_local_file_open(tmp_path, monkeypatch) -> None:
+    for i in range(probe.LOCAL_PROBES_AHEAD + 4):
+        make_image(tmp_path / f"{i}.png", "PNG", size=(4, 4))
+    batch = [
+        tuple(Candidate(key=f"0:{i}", path=str(p), row=None, image_path=str(p)))
+        for i, p in enumerate(sorted(tmp_path.iterdir()))
+    ]
+
+    def fails(*_args, **_kwargs):
+        raise RuntimeError("a bug, not a bad input")
+
+    monkeypatch.setattr(probe, "probe_image", fails)
+    # A file left open would be closed when collected, with a ResourceWarning.
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(RuntimeError, match="a bug"):
+            _run(batch)
+        gc.collect()
+    assert [w for w in warned if issubclass(w.category, ResourceWarning)] == []

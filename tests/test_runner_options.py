@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PortableOptions,
     StandardOptions,
 )
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import userstate
 from conftest import is_loopback
 
-from pipelines.runner import beam_options, runner_args
+from pipelines.runner import beam_options, dofns_inspected_once, runner_args
 from transforms.core.errors import UsageError
 
 PORTABLE = "apache_beam.runners.portability.portable_runner.PortableRunner"
@@ -157,3 +161,39 @@ def test_beams_label_reaches_the_dataflow_options(photo_folder, tmp_path):
 )
 def test_the_listener_check_tells_loopback_from_every_interface(address, loopback):
     assert is_loopback(address) is loopback
+
+
+class _CountsSeen(beam.DoFn):
+    def process(self, element):
+        yield element
+
+
+_SEEN = beam.DoFn.StateParam(userstate.CombiningValueStateSpec("seen", sum))
+
+
+class _KeepsState(beam.DoFn):
+    def process(self, element, seen=_SEEN):
+        seen.add(1)
+        yield element
+
+
+def test_beam_looks_into_each_dofn_once_while_it_runs_a_pipeline(monkeypatch):
+    inspected = []
+    real = userstate.get_dofn_specs
+
+    def counting(dofn):
+        inspected.append(dofn)
+        return real(dofn)
+
+    monkeypatch.setattr(userstate, "get_dofn_specs", counting)
+    with dofns_inspected_once():
+        with beam.Pipeline(runner=FnApiRunner()) as p:
+            keyed = p | beam.Create([("a", 1), ("a", 2), ("b", 3)])
+            _ = keyed | "Plain" >> beam.ParDo(_CountsSeen())
+            stateful = keyed | "Stateful" >> beam.ParDo(_KeepsState())
+            assert_that(stateful, equal_to([("a", 1), ("a", 2), ("b", 3)]))
+        # Beam still tells a stateful DoFn from a plain one.
+        assert userstate.is_stateful_dofn(_KeepsState())
+        assert not userstate.is_stateful_dofn(_CountsSeen())
+    assert len(inspected) == len({id(dofn) for dofn in inspected})
+    assert userstate.get_dofn_specs is counting  # put back as it was

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import io
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +47,13 @@ class ProbeImages(beam.PTransform):
 # remote files are probed this many at a time. Local files are probed one after another: their
 # probe is CPU work in Pillow, which threads would only contend for.
 REMOTE_PROBES_AT_ONCE = 16
+# Local files are opened this many ahead of their probe, with the kernel asked to read their
+# header and end meanwhile (see _open_hinted).
+LOCAL_PROBES_AHEAD = 16
+# What a probe reads: the first 16 KiB, up to 64 KiB when the header runs past them, and the
+# last few bytes.
+_HINTED_HEAD_BYTES = 64 * 1024
+_HINTED_TAIL_BYTES = 4096
 
 
 class _ProbeImageFn(beam.DoFn):
@@ -90,22 +98,68 @@ class _ProbeImageFn(beam.DoFn):
                 self._pool = ThreadPoolExecutor(REMOTE_PROBES_AT_ONCE, "probe")
             # Results come back in order; an unexpected error is raised here, as it would be.
             found = dict(zip(remote, self._pool.map(self._probe, remote), strict=True))
-        return [
-            None if path is None else found[path] if path in found else self._probe(path)
-            for path in paths
-        ]
+        local = [p for p in paths if p is not None and not has_scheme(p)]
+        found.update(zip(local, self._probe_local(local), strict=True))
+        return [None if path is None else found[path] for path in paths]
 
-    def _probe(self, path: str) -> tuple | InputError:
+    def _probe_local(self, paths: list[str]) -> list[tuple | InputError]:
+        """Probe local files in order, each opened LOCAL_PROBES_AHEAD files before its turn.
+
+        Files not in the page cache (a first run, or a dataset larger than memory) are then
+        read from the disk many at a time, while the files before them are probed, instead of
+        one small read after another at the disk's latency: ~3 times faster on the development
+        VM. From the page cache it costs nothing more than opening the file in turn.
+        """
+        results = []
+        ahead: collections.deque = collections.deque()
         try:
-            return tuple(probe_file(path, self._max_image_pixels))
+            for path in paths:
+                ahead.append((path, _open_hinted(path)))
+                if len(ahead) > LOCAL_PROBES_AHEAD:
+                    results.append(self._probe(*ahead.popleft()))
+            while ahead:
+                results.append(self._probe(*ahead.popleft()))
+        finally:  # an unexpected error leaves no file open
+            for _, opened in ahead:
+                if opened is not None:
+                    opened.close()
+        return results
+
+    def _probe(self, path: str, opened: io.FileIO | None = None) -> tuple | InputError:
+        try:
+            if opened is None:  # remote, or a local file that did not open ahead
+                return tuple(probe_file(path, self._max_image_pixels))
+            return tuple(probe_file(path, self._max_image_pixels, opened))
         except InputError as error:
             return error
 
 
-def probe_file(path: str, max_image_pixels: int) -> ImageInfo:
+def _open_hinted(path: str) -> io.FileIO | None:
+    """A local file, opened, with the kernel asked to read what its probe will read.
+
+    None when it cannot be opened: the probe opens it again and reports why.
+    """
+    try:
+        opened = io.FileIO(path)
+    except OSError:
+        return None
+    try:
+        fd = opened.fileno()
+        os.posix_fadvise(fd, 0, _HINTED_HEAD_BYTES, os.POSIX_FADV_WILLNEED)
+        size = os.fstat(fd).st_size
+        if size > _HINTED_HEAD_BYTES:
+            tail = max(_HINTED_HEAD_BYTES, size - _HINTED_TAIL_BYTES)
+            os.posix_fadvise(fd, tail, size - tail, os.POSIX_FADV_WILLNEED)
+    except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
+        pass
+    return opened
+
+
+def probe_file(path: str, max_image_pixels: int, opened: io.FileIO | None = None) -> ImageInfo:
     """Open an image file (local, or through Beam FileSystems) and probe it.
 
     A remote file is read in the few small pieces the probe asks for, not downloaded whole.
+    `opened`: the local file at `path`, when it was opened already; closed here.
 
     Raises:
         InputError: the file is missing or unreadable (`MissingFile`, `UnreadableFile`), or
@@ -121,7 +175,7 @@ def probe_file(path: str, max_image_pixels: int) -> ImageInfo:
             # What Beam's LocalFileSystem.open does, minus its buffered reader and its lookups
             # per call: a third of the cost of probing a small file. The probe reads in few,
             # large pieces, which an unbuffered file serves with one system call each.
-            with io.FileIO(path) as stream:
+            with opened if opened is not None else io.FileIO(path) as stream:
                 size = os.fstat(stream.fileno()).st_size
                 facts = probe_image(stream, size, max_pixels=max_image_pixels)
     except FileNotFoundError as error:
