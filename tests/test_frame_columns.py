@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.core import frame_columns
-from transforms.core.frame_columns import frame_binary_array
+from transforms.core.frame_columns import frame_binary_array, index_lines
 from transforms.core.tfrecord import frame_record, read_records
 
 
@@ -68,3 +68,17 @@ def test_frames_past_int32_offsets_with_large_binary(monkeypatch):
     assert frame_binary_array(pa.array(records, pa.large_binary())).to_pybytes() == frame_records(
         records
     )
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=30))
+def test_the_index_locates_each_framed_record(records):
+    # A slice: its offsets do not start at zero.
+    column = pa.array([b"not in the shard", *records], pa.binary()).slice(1)
+    framed = frame_binary_array(column).to_pybytes()
+    lines = index_lines(column).to_pybytes().decode("ascii").splitlines()
+    assert len(lines) == len(records)
+    for record, line in zip(records, lines, strict=True):
+        offset, length = map(int, line.split(" "))
+        assert framed[offset : offset + length] == frame_record(record)
+    assert sum(int(line.split(" ")[1]) for line in lines) == len(framed)

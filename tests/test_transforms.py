@@ -246,6 +246,34 @@ def test_publish_renames_into_place_and_is_safe_to_repeat(tmp_path):
         publish([(str(tmp_path / "tmp" / "c"), str(tmp_path / "out" / "c"))])
 
 
+def test_write_shard_frames_a_table_in_key_order_with_its_index(tmp_path):
+    """Complete records (a table's) are framed in bulk, index included, in order-key order."""
+    examples = {
+        order: bytes([order[0]]) * (10 + 7 * order[0]) for order in (b"\x03", b"\x01", b"\x02")
+    }
+    refs = [
+        RecordRef("train", order, len(ex) + FRAMING_BYTES, ex, None, None, "t.csv", i, i % 2, None)
+        for i, (order, ex) in enumerate(examples.items())
+    ]
+    fn = _WriteShardFn(str(tmp_path / "out"), "ds", "none", "run", write_index=True)
+    layouts = {"train": types.SimpleNamespace(plan=types.SimpleNamespace(num_shards=1))}
+    fn.setup()
+    try:
+        (result,) = fn.process(
+            (("train", 0), [ref_batch(refs[:2]), ref_batch(refs[2:])]), layouts, True
+        )
+    finally:
+        fn.teardown()
+    framed = [frame_record(examples[order]) for order in sorted(examples)]
+    (shard, _), (index, _) = result.staged
+    with open(shard, "rb") as f:
+        assert f.read() == b"".join(framed)
+    starts = [sum(map(len, framed[:i])) for i in range(len(framed))]
+    with open(index) as f:
+        assert f.read() == "".join(f"{s} {len(r)}\n" for s, r in zip(starts, framed, strict=True))
+    assert (result.num_records, result.label_counts) == (3, ((0, 2), (1, 1)))
+
+
 def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_ones(tmp_path):
     """The write step reads each image again: a file gone or resized since probing is an
     error record, the others are framed exactly, with the index locating them."""

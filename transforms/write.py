@@ -18,7 +18,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
-from transforms.core.frame_columns import frame_binary_array
+from transforms.core.frame_columns import frame_binary_array, index_lines
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
     errors_file_name,
@@ -136,9 +136,9 @@ class _WriteShardFn(beam.DoFn):
                 if (self._compression == "gzip")
                 else sink
             )
-            if index_out is None and records.column("payload_path").null_count == len(records):
+            if records.column("payload_path").null_count == len(records):
                 # Every record is complete already (tables): framed in bulk.
-                count = _write_complete(records, stream, labels)
+                count = _write_complete(records, stream, labels, index_out)
                 refs = []
             else:
                 refs = refs_of(in_order(records))
@@ -184,11 +184,14 @@ class _WriteShardFn(beam.DoFn):
         )
 
 
-def _write_complete(records, stream, labels: collections.Counter) -> int:
-    """Write records that need no payload (a RecordRef table), in order; count their labels."""
+def _write_complete(records, stream, labels: collections.Counter, index_out=None) -> int:
+    """Write records that need no payload (a RecordRef table), in order, and their index when
+    `index_out` is a file; count their labels."""
     examples = in_order(records, ["example"]).column(0)
     for start in range(0, len(examples), _FRAMES_PER_WRITE):
         stream.write(memoryview(frame_binary_array(examples.slice(start, _FRAMES_PER_WRITE))))
+    if index_out is not None:
+        index_out.write(memoryview(index_lines(examples)))
     label_counts = pc.value_counts(records.column("label").drop_null())
     for entry in label_counts.to_pylist():
         labels[entry["values"]] += entry["counts"]

@@ -1,4 +1,5 @@
-"""TFRecord framing of a column of records at once: a table's shard is written in bulk.
+"""TFRecord framing of a column of records at once: a table's shard (and its index) is written
+in bulk.
 
 `frame_binary_array(array)` gives the same bytes as `frame_record` of each record, concatenated, but
 builds them with array operations: only each record's CRC takes a call per record, and the
@@ -43,6 +44,23 @@ def frame_binary_array(records: pa.Array) -> pa.Buffer:
     )
     bounds = _offsets(framed)
     return framed.buffers()[2].slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
+
+
+def index_lines(records: pa.Array) -> pa.Buffer:
+    """The index of a shard holding `records` (a binary array), framed back to back from its
+    start: "offset length\\n" per record, in decimal; the index DALI and the `tfrecord`
+    package read."""
+    framed = np.diff(_offsets(records)).astype(np.int64) + FRAMING_BYTES
+    starts = np.cumsum(framed) - framed
+    lines = pc.binary_join_element_wise(
+        pa.array(starts).cast(pa.string()),
+        pa.scalar(" "),
+        pa.array(framed).cast(pa.string()),
+        pa.scalar("\n"),
+        pa.scalar(""),
+    )
+    bounds = _offsets(lines)
+    return lines.buffers()[2].slice(int(bounds[0]), int(bounds[-1] - bounds[0]))
 
 
 def _offsets(array: pa.Array) -> np.ndarray:
