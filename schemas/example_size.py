@@ -75,39 +75,45 @@ def scalar_example_sizes(
     Raises:
         ValueError: a dtype other than bytes, int64 or float.
     """
-    present = present or {}
-    entries = np.zeros(count, dtype=np.int64)
-    holds_any = np.zeros(count, dtype=bool)
-    for key, (dtype, column) in features.items():
-        column = np.asarray(column, dtype=np.int64)
-        if dtype == "bytes":
-            body = _delimited_sizes(column)
-        elif dtype == "int64":
-            body = _delimited_sizes(varint_sizes(column))
-        elif dtype == "float":
-            body = np.full(count, _delimited(4), dtype=np.int64)
-        else:
+    if not features:
+        return np.zeros(count, dtype=np.int64)
+    # One row per feature, so each step below is one array operation for the whole batch.
+    dtypes = [dtype for dtype, _ in features.values()]
+    for key, dtype in zip(features, dtypes, strict=True):
+        if dtype not in ("bytes", "int64", "float"):
             raise ValueError(f"feature {key!r}: unknown dtype {dtype!r}")
-        key_size = _delimited(len(key.encode("utf-8")))
-        entry = _delimited_sizes(key_size + _delimited_sizes(_delimited_sizes(body)))
-        mask = present.get(key)
-        if mask is None:
-            entries += entry
-            holds_any[:] = True
-        else:
-            entries += np.where(mask, entry, 0)
-            holds_any |= mask
-    return np.where(holds_any, _delimited_sizes(entries), 0)
+    columns = np.array([column for _, column in features.values()], dtype=np.int64)
+    columns = columns.reshape(len(features), count)
+    is_bytes = np.array([dtype == "bytes" for dtype in dtypes])[:, None]
+    is_int64 = np.array([dtype == "int64" for dtype in dtypes])[:, None]
+    # The value list's body: the bytes, delimited; the int64's varint, in a delimited packed
+    # list (its length, at most 10, is a one-byte varint); a float's 4 bytes, the same.
+    values = varint_sizes(columns)
+    body = np.where(is_bytes, 1 + values + columns, np.where(is_int64, 2 + values, 6))
+    feature = _delimited_sizes(_delimited_sizes(body))  # in its list, in the Feature
+    key_sizes = np.array([[_delimited(len(key.encode("utf-8")))] for key in features])
+    entries = _delimited_sizes(key_sizes + feature)
+    if present:
+        held = np.ones((len(features), count), dtype=bool)
+        for row, key in enumerate(features):
+            if key in present:
+                held[row] = present[key]
+        entries = np.where(held, entries, 0)
+        holds_any = held.any(axis=0)
+    else:
+        holds_any = np.ones(count, dtype=bool)
+    return np.where(holds_any, _delimited_sizes(entries.sum(axis=0)), 0)
+
+
+# The smallest values whose varint takes 2, 3, ... 9 bytes.
+_VARINT_STEPS = np.array([1 << bits for bits in range(7, 63, 7)], dtype=np.int64)
 
 
 def varint_sizes(values: np.ndarray) -> np.ndarray:
     """`varint_size` of each int64 value, as an int64 array."""
     values = np.asarray(values, dtype=np.int64)
-    sizes = np.ones(values.shape, dtype=np.int64)
-    for bits in range(7, 63, 7):  # one more byte from each of 2**7, 2**14, ... 2**56 on
-        sizes += values >= (1 << bits)
-    sizes[values < 0] = 10
-    return sizes
+    sizes = 1 + np.searchsorted(_VARINT_STEPS, values, side="right")
+    return np.where(values < 0, 10, sizes)
 
 
 def _delimited_sizes(lengths: np.ndarray) -> np.ndarray:
