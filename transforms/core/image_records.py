@@ -77,58 +77,56 @@ def plan_image_records(
     `build_record(..., with_example=False)`; rows it would reject become error records.
     """
     errors: list[ErrorRecord] = []
-    shapes: collections.Counter = collections.Counter()
-    columns: dict[str, list] = {name: [] for name in REF_SCHEMA.names}
-    # Per record: the label id, the label text's length (-1: none), the format's and the file
-    # name's lengths, height, width, channels; sized below for the whole batch.
-    facts: list[tuple[int, int, int, int, int, int, int, int]] = []
+    good: list[tuple[Candidate, ImageInfo]] = []
+    labels: list[tuple[int | None, str | None]] = []  # (label id, label text) of each good row
     for candidate, image in rows:
         try:
-            label, text = record_label(candidate, label_map)
+            labels.append(record_label(candidate, label_map))
         except InputError as error:
             errors.append(
                 ErrorRecord(candidate.path, candidate.row, STAGE_RECORD, error.kind, error.message)
             )
             continue
-        shapes[
-            _counts(csv_keys, candidate.feature_counts, label is not None, text is not None)
-        ] += 1
-        columns["split"].append(candidate.split or chooser.choose(candidate.key))
-        columns["order"].append(order_key(salt, candidate.key))
-        columns["payload_path"].append(candidate.image_path)
-        columns["payload_size"].append(image.size)
-        columns["path"].append(candidate.path)
-        columns["row"].append(candidate.row)
-        columns["label"].append(label)
-        facts.append(
-            (
-                -1 if label is None else label,
-                -1 if text is None else len(text.encode("utf-8")),
-                len(image.format.encode("ascii")),
-                len(candidate.image_name.encode("utf-8")),
-                image.height,
-                image.width,
-                image.channels,
-                image.size,
-            )
-        )
-    if not facts:
-        return None, errors, shapes
-    count = len(facts)
-    (label_ids, text_lengths, format_lengths, name_lengths, heights, widths, channels, sizes) = (
-        np.array(facts, dtype=np.int64).T
+        good.append((candidate, image))
+    kinds = collections.Counter(
+        (candidate.feature_counts, label is not None, text is not None)
+        for (candidate, _), (label, text) in zip(good, labels, strict=True)
     )
-    labelled = np.array([label is not None for label in columns["label"]])
+    shapes: collections.Counter = collections.Counter()
+    for kind, times in kinds.items():
+        shapes[_counts(csv_keys, *kind)] += times
+    if not good:
+        return None, errors, shapes
+    count = len(good)
+    # Columns, one list comprehension each: cheaper per record than appending to several.
+    candidates = [candidate for candidate, _ in good]
+    images = [image for _, image in good]
+    columns: dict[str, object] = {
+        "split": [c.split or chooser.choose(c.key) for c in candidates],
+        "order": [order_key(salt, c.key) for c in candidates],
+        "payload_path": [c.image_path for c in candidates],
+        "payload_size": [image.size for image in images],
+        "path": [c.path for c in candidates],
+        "row": [c.row for c in candidates],
+        "label": [label for label, _ in labels],
+    }
+    text_lengths = np.array(
+        [-1 if text is None else len(text.encode("utf-8")) for _, text in labels], dtype=np.int64
+    )
+    labelled = np.array([label is not None for label, _ in labels])
     example_sizes = scalar_example_sizes(
         {
-            keys.IMAGE_LABEL: ("int64", label_ids),
+            keys.IMAGE_LABEL: ("int64", [0 if label is None else label for label, _ in labels]),
             keys.IMAGE_LABEL_TEXT: ("bytes", text_lengths),
-            keys.IMAGE_FORMAT: ("bytes", format_lengths),
-            keys.IMAGE_HEIGHT: ("int64", heights),
-            keys.IMAGE_WIDTH: ("int64", widths),
-            keys.IMAGE_CHANNELS: ("int64", channels),
-            keys.IMAGE_FILENAME: ("bytes", name_lengths),
-            keys.IMAGE_ENCODED: ("bytes", sizes),
+            keys.IMAGE_FORMAT: ("bytes", [len(image.format.encode("ascii")) for image in images]),
+            keys.IMAGE_HEIGHT: ("int64", [image.height for image in images]),
+            keys.IMAGE_WIDTH: ("int64", [image.width for image in images]),
+            keys.IMAGE_CHANNELS: ("int64", [image.channels for image in images]),
+            keys.IMAGE_FILENAME: (
+                "bytes",
+                [len(c.image_name.encode("utf-8")) for c in candidates],
+            ),
+            keys.IMAGE_ENCODED: ("bytes", columns["payload_size"]),
         },
         count,
         present={keys.IMAGE_LABEL: labelled, keys.IMAGE_LABEL_TEXT: text_lengths >= 0},
