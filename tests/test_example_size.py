@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import codec
 from schemas import features as keys
-from schemas.example_size import example_size, varint_size
+from schemas.example_size import (
+    example_size,
+    scalar_example_sizes,
+    varint_size,
+    varint_sizes,
+)
 from transforms.build import build_record
 from transforms.core.keys import SplitChooser
 from transforms.core.labels import LabelMap
@@ -88,3 +94,56 @@ def test_planning_sizes_image_records_exactly_as_convert_builds_them(
     assert planned.example == b""
     assert built.size == len(built.example) + size + 16
     assert keys.IMAGE_ENCODED in dict(counts)
+
+
+# One record's scalar features: {key: (dtype, value)}; scalar_example_sizes sizes many at once.
+SCALAR_VALUES = st.one_of(
+    st.tuples(st.just("bytes"), st.binary(max_size=300)),
+    st.tuples(st.just("int64"), INT64),
+    st.tuples(st.just("float"), st.floats(width=32)),
+)
+SCALAR_KEYS = st.sampled_from(["a", "image/width", "ünïcode", "k" * 130])
+
+
+@given(
+    st.lists(
+        st.dictionaries(SCALAR_KEYS, SCALAR_VALUES, max_size=4), min_size=1, max_size=30
+    ).filter(
+        # One dtype per key, as a batch's column has.
+        lambda records: all(
+            len({r[k][0] for r in records if k in r}) == 1 for k in set().union(*records)
+        )
+    )
+)
+@settings(max_examples=300, deadline=None)
+def test_batch_sizes_equal_each_records_size(records) -> None:
+    """scalar_example_sizes over a batch == example_size and protobuf's length, per record."""
+    dtypes = {k: dtype for record in records for k, (dtype, _) in record.items()}
+    columns = {
+        key: (
+            dtype,
+            [
+                (len(r[key][1]) if dtype == "bytes" else r[key][1] if dtype == "int64" else 0)
+                if key in r
+                else 0
+                for r in records
+            ],
+        )
+        for key, dtype in dtypes.items()
+    }
+    present = {key: np.array([key in r for r in records]) for key in dtypes}
+    sizes = scalar_example_sizes(columns, len(records), present)
+    for record, size in zip(records, sizes, strict=True):
+        features = {key: (dtype, (value,)) for key, (dtype, value) in record.items()}
+        assert size == example_size(features)
+        assert size == len(codec.serialize(codec.build_example(features)))
+
+
+@given(st.lists(INT64, max_size=50))
+def test_varint_sizes_equal_varint_size(values) -> None:
+    assert varint_sizes(np.array(values, dtype=np.int64)).tolist() == list(map(varint_size, values))
+
+
+def test_batch_sizes_refuse_an_unknown_dtype() -> None:
+    with pytest.raises(ValueError, match="dtype"):
+        scalar_example_sizes({"a": ("string", [1])}, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 
 import pytest
 
@@ -43,6 +44,21 @@ def test_split_fractions_are_respected_on_many_keys():
     assert abs(counts["train"] / 20_000 - 0.8) < 0.015
     assert abs(counts["validation"] / 20_000 - 0.1) < 0.01
     assert abs(counts["test"] / 20_000 - 0.1) < 0.01
+
+
+def test_split_choice_is_the_salted_blake2b_of_the_key():
+    """The split hash, keyed once and copied per key, is BLAKE2b keyed with b"split\\0" + salt."""
+    chooser = SplitChooser((("train", 0.5), ("test", 0.5)), salt="s")
+    for i in range(200):
+        key = f"0:cat/{i}-ü.jpg"
+        digest = hashlib.blake2b(key.encode(), digest_size=8, key=b"split\0s").digest()
+        expected = "train" if int.from_bytes(digest, "big") < 2**63 else "test"
+        assert chooser.choose(key) == expected
+
+
+def test_one_split_takes_every_key():
+    chooser = SplitChooser((("all", 1.0),), salt="s")
+    assert {chooser.choose(f"0:{i}") for i in range(100)} == {"all"}
 
 
 def test_split_choice_depends_only_on_key_and_salt():

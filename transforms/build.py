@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 
 import apache_beam as beam
+import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
@@ -16,6 +17,12 @@ from schemas.features import FeatureTally
 from schemas.spliced import serialize_around, widen_empty_value
 from transforms.combiners import TallyCombineFn
 from transforms.core.errors import InputError
+from transforms.core.image_records import (
+    plan_image_records,
+    plannable_in_bulk,
+    record_label,
+    source_of,
+)
 from transforms.core.keys import SplitChooser, order_key
 from transforms.core.labels import LabelMap, LabelTally, resolve_labels
 from transforms.core.records import (
@@ -63,7 +70,7 @@ def _label_facts(batch: list[tuple[Candidate, ImageInfo | None]], folder_sources
     facts = set()
     for packed, _ in batch:
         candidate = Candidate._make(packed)
-        source = _source_of(candidate)
+        source = source_of(candidate)
         depth = candidate.depth if source in folder_sources else None
         facts.add((source, depth, candidate.label))
     return facts
@@ -139,6 +146,27 @@ class RecordBuilder:
         self._shapes[counts] += 1
         return ref
 
+    def build_batch(
+        self, batch: list[tuple[tuple, tuple | None]], label_map: LabelMap
+    ) -> tuple[pa.RecordBatch | None, list[ErrorRecord]]:
+        """A batch of packed (Candidate, ImageInfo | None) → (records as one batch, errors)."""
+        rows = [
+            (Candidate._make(packed), None if image is None else ImageInfo._make(image))
+            for packed, image in batch
+        ]
+        if not self._with_examples and all(plannable_in_bulk(*row) for row in rows):
+            # Planning image files: the whole batch sized at once, the same records.
+            records, errors, shapes = plan_image_records(
+                rows, label_map, self._chooser, self._salt, self._csv_keys
+            )
+            self._shapes.update(shapes)
+            return records, errors
+        refs, errors = [], []
+        for candidate, image in rows:
+            built = self.build(candidate, image, label_map)
+            (errors if isinstance(built, ErrorRecord) else refs).append(built)
+        return (ref_batch(refs) if refs else None), errors
+
     def tally_output(self) -> beam.pvalue.TaggedOutput:
         """The tally of the records built since the last call, as a TALLY output."""
         tally = FeatureTally()
@@ -158,17 +186,11 @@ class _BuildRecordFn(beam.DoFn):
         self._builder = RecordBuilder(*self._args)
 
     def process(self, batch, label_map: LabelMap):
-        refs = []
-        for packed_candidate, packed_image in batch:
-            candidate = Candidate._make(packed_candidate)
-            image = ImageInfo._make(packed_image) if packed_image is not None else None
-            built = self._builder.build(candidate, image, label_map)
-            if isinstance(built, ErrorRecord):
-                yield beam.pvalue.TaggedOutput(ERRORS, built)
-            else:
-                refs.append(built)
-        if refs:
-            yield ref_batch(refs)
+        records, errors = self._builder.build_batch(batch, label_map)
+        for error in errors:
+            yield beam.pvalue.TaggedOutput(ERRORS, error)
+        if records is not None:
+            yield records
 
     def finish_bundle(self):
         yield self._builder.tally_output()  # one tally per bundle, not an element per record
@@ -194,19 +216,14 @@ def build_record(
     more, and serializing is most of the cost of building.
     """
     features = {}
-    source = _source_of(candidate)
     label_key, text_key = (
         (keys.IMAGE_LABEL, keys.IMAGE_LABEL_TEXT) if image else (keys.LABEL, keys.LABEL_TEXT)
     )
-    label = None
-    if source in label_map.labelled_sources:
-        if candidate.label is None:
-            raise InputError("NoClassFolder", "the file is not inside a class folder")
-        text = not isinstance(candidate.label, int)
-        label = label_map.id_of(candidate.label) if text else candidate.label
+    label, text = record_label(candidate, label_map)
+    if label is not None:
         features[label_key] = ("int64", (label,))
-        if text:
-            features[text_key] = ("bytes", (candidate.label.encode("utf-8"),))
+        if text is not None:
+            features[text_key] = ("bytes", (text.encode("utf-8"),))
     if image is not None:
         features[keys.IMAGE_FORMAT] = ("bytes", (image.format.encode("ascii"),))
         features[keys.IMAGE_HEIGHT] = ("int64", (image.height,))
@@ -265,7 +282,3 @@ def _serialize_image_record(features: dict, image_size: int, encoders: dict | No
         encoder = encoders[spec] = codec.ExampleEncoder(spec)
     serialized = encoder.encode([values for _, values in features.values()] + [(b"",)])
     return widen_empty_value(serialized, keys.IMAGE_ENCODED, image_size)
-
-
-def _source_of(candidate: Candidate) -> int:
-    return int(candidate.key.split(":", 1)[0])

@@ -91,14 +91,17 @@ class _ProbeImageFn(beam.DoFn):
     def _probe_all(self, candidates: list[Candidate]) -> list[tuple | InputError | None]:
         """Each candidate's packed ImageInfo, InputError, or None (no image), in order."""
         paths = [c.image_path for c in candidates]
-        remote = sorted({p for p in paths if p is not None and has_scheme(p)})
+        remote_set = {p for p in paths if p is not None and has_scheme(p)}
+        local = [p for p in paths if p is not None and p not in remote_set]
+        if not remote_set and len(local) == len(paths):  # the usual batch: local files only
+            return self._probe_local(local)
+        remote = sorted(remote_set)
         found = {}
         if remote:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(REMOTE_PROBES_AT_ONCE, "probe")
             # Results come back in order; an unexpected error is raised here, as it would be.
             found = dict(zip(remote, self._pool.map(self._probe, remote), strict=True))
-        local = [p for p in paths if p is not None and not has_scheme(p)]
         found.update(zip(local, self._probe_local(local), strict=True))
         return [None if path is None else found[path] for path in paths]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import typing
@@ -230,14 +231,21 @@ def _probe(source: Source, max_pixels: int, *, decode: bool = False) -> ImageFac
 def _sniff(head: bytes) -> str | None:
     """Names the supported format the content is in, using Pillow's own sniffers."""
     prefix = head[:16]
-    for fmt, pillow_id in _PILLOW_IDS.items():
-        accept = Image.OPEN[pillow_id][1]
+    for fmt, accept in _sniffers():
         try:
-            if accept is not None and _accepted(accept(prefix)):
+            if _accepted(accept(prefix)):
                 return fmt
         except (struct.error, IndexError):  # prefix too short for this sniffer
             continue
     return None
+
+
+@functools.cache
+def _sniffers() -> tuple[tuple[str, Callable[[bytes], object]], ...]:
+    """(our format name, Pillow's sniffer) of the supported formats, looked up once: the
+    plugins imported above have registered theirs."""
+    sniffers = ((fmt, Image.OPEN[pillow_id][1]) for fmt, pillow_id in _PILLOW_IDS.items())
+    return tuple((fmt, accept) for fmt, accept in sniffers if accept is not None)
 
 
 def _accepted(result: object) -> bool:

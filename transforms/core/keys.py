@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 
@@ -10,11 +11,17 @@ HASH_BYTES = 8
 
 
 def _hash64(domain: bytes, salt: str, key: str) -> bytes:
-    # Domain-separated so the split hash and the order hash of a key are independent.
-    digest = hashlib.blake2b(
-        key.encode("utf-8"), digest_size=HASH_BYTES, key=domain + b"\0" + salt.encode("utf-8")
-    )
+    digest = _keyed_hash(domain, salt).copy()
+    digest.update(key.encode("utf-8"))
     return digest.digest()
+
+
+@functools.lru_cache(maxsize=64)
+def _keyed_hash(domain: bytes, salt: str):
+    """A BLAKE2b keyed with (domain, salt), nothing hashed yet: copied per key, which is
+    cheaper than keying a new one (that hashes a whole block for the key)."""
+    # Domain-separated so the split hash and the order hash of a key are independent.
+    return hashlib.blake2b(digest_size=HASH_BYTES, key=domain + b"\0" + salt.encode("utf-8"))
 
 
 def order_key(salt: str, key: str) -> bytes:
@@ -52,6 +59,8 @@ class SplitChooser:
 
     def choose(self, key: str) -> str:
         """The split `key` belongs to."""
+        if not self._bounds:  # one split: no hash needed
+            return self._names[0]
         point = int.from_bytes(_hash64(b"split", self._salt, key), "big")
         for name, bound in zip(self._names[:-1], self._bounds, strict=True):
             if point < bound:
