@@ -42,36 +42,30 @@ def frame_in_order(
     if not chunks:
         return
     lengths = np.concatenate([np.diff(_offsets(c)) for c in chunks]).astype("<u8")
-    starts = np.concatenate([_offsets(c)[:-1] for c in chunks]).astype("<i4")
-    buffer_ids = np.repeat(np.arange(len(chunks), dtype="<i4"), [len(c) for c in chunks])
-    heads = np.empty((len(lengths), _INLINE), np.uint8)
-    heads[:, :8] = lengths.view(np.uint8).reshape(-1, 8)
-    heads[:, 8:] = _mask(_length_crcs(lengths)).astype("<u4").view(np.uint8).reshape(-1, 4)
-    tails = _mask(np.concatenate([_data_crcs(c) for c in chunks])).astype("<u4")
-    leading = np.concatenate([_leading_bytes(c) for c in chunks])
+    # Every record's three views (header, record, footer) at once, in the records' own order.
+    views = np.zeros((len(lengths), 3, _VIEW), np.uint8)
+    fields = views.view("<i4").reshape(len(lengths), 3, 4)  # a view: length, then 12 bytes
+    fields[:, 0, 0] = _INLINE
+    views[:, 0, 4:12] = lengths.view(np.uint8).reshape(-1, 8)
+    fields[:, 0, 3] = _mask(_length_crcs(lengths)).view("<i4")
+    fields[:, 1, 0] = lengths
+    # A short record is inline; a long one is its first 4 bytes, its buffer and its offset.
+    views[:, 1, 4:] = np.concatenate([_leading_bytes(c) for c in chunks])
+    long = lengths > _INLINE
+    fields[long, 1, 2] = np.repeat(np.arange(len(chunks)), [len(c) for c in chunks])[long]
+    fields[long, 1, 3] = np.concatenate([_offsets(c)[:-1] for c in chunks])[long]
+    fields[:, 2, 0] = 4
+    fields[:, 2, 1] = _mask(np.concatenate([_data_crcs(c) for c in chunks])).view("<i4")
     data = [c.buffers()[2] or pa.py_buffer(b"") for c in chunks]
     order = np.asarray(order, dtype=np.int64)
     for first in range(0, len(order), per_buffer):
         taken = order[first : first + per_buffer]
         count = len(taken)
-        views = np.zeros((count, 3, _VIEW), np.uint8)
-        fields = views.view("<i4").reshape(count, 3, 4)  # length, then 12 bytes
-        fields[:, 0, 0] = _INLINE
-        views[:, 0, 4:] = heads[taken]
-        record_lengths = lengths[taken].astype("<i4")
-        fields[:, 1, 0] = record_lengths
-        # A long record is referenced (its first 4 bytes, buffer, offset); a short one inline.
-        views[:, 1, 4:] = leading[taken]
-        long = record_lengths > _INLINE
-        fields[long, 1, 2] = buffer_ids[taken[long]]
-        fields[long, 1, 3] = starts[taken[long]]
-        fields[:, 2, 0] = 4
-        fields[:, 2, 1] = tails[taken].view("<i4")
-        total = int(record_lengths.sum()) + FRAMING_BYTES * count
+        total = int(lengths[taken].sum()) + FRAMING_BYTES * count
         # Framed records beyond int32 offsets are copied out as large_binary.
         binary_type = pa.large_binary() if total > _INT32_MAX else pa.binary()
         pieces = pa.Array.from_buffers(
-            pa.binary_view(), 3 * count, [None, pa.py_buffer(views), *data]
+            pa.binary_view(), 3 * count, [None, pa.py_buffer(views[taken]), *data]
         )
         framed = pieces.cast(binary_type)
         bounds = _offsets(framed)
@@ -125,14 +119,24 @@ def _data_crcs(chunk: pa.Array) -> np.ndarray:
 
 
 def _leading_bytes(chunk: pa.Array) -> np.ndarray:
-    """(records, 12): each record's first 12 bytes, zero after its end: a view's inline bytes
-    (a long record's view keeps just its first 4, as a prefix)."""
-    offsets = _offsets(chunk)
+    """(records, 12): the bytes a record's view holds: a long record's first 4 (its prefix),
+    a short record whole; zeros after."""
+    offsets = _offsets(chunk).astype(np.int64)
+    starts, lengths = offsets[:-1], np.diff(offsets)
+    leading = np.zeros((len(chunk), _INLINE), np.uint8)
     data = chunk.buffers()[2]
-    raw = np.frombuffer(data, np.uint8) if data is not None and data.size else np.zeros(1, np.uint8)
-    positions = offsets[:-1, None].astype(np.int64) + np.arange(_INLINE)
-    inside = positions < offsets[1:, None]
-    return np.where(inside, raw[np.minimum(positions, len(raw) - 1)], 0).astype(np.uint8)
+    if data is None or not data.size:
+        return leading
+    raw = np.frombuffer(data, np.uint8)
+    long = lengths > _INLINE
+    if long.any():  # nearly every record: 4 bytes each, read through a sliding window
+        leading[long, :4] = np.lib.stride_tricks.sliding_window_view(raw, 4)[starts[long]]
+    short = np.flatnonzero(~long)
+    if len(short):  # rare (an empty Example), so byte by byte
+        positions = starts[short, None] + np.arange(_INLINE)
+        inside = positions < offsets[short + 1, None]
+        leading[short] = np.where(inside, raw[np.minimum(positions, len(raw) - 1)], 0)
+    return leading
 
 
 def _length_crcs(lengths: np.ndarray) -> np.ndarray:
