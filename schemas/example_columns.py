@@ -316,32 +316,23 @@ def _constant(rows: int, data: bytes) -> tuple[np.ndarray, np.ndarray]:
 def _pieces(rows: int, pieces) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate pieces row-wise: (all bytes, row after row), bytes per row)."""
     total = np.zeros(rows, dtype=np.uint64)
-    matrices, masks = [], []
-    ragged = False
-    for matrix, lengths in pieces:
-        width = matrix.shape[1]
-        total += lengths.astype(np.uint64)
-        if not width:
+    width = sum(matrix.shape[1] for matrix, _ in pieces)
+    matrix = np.empty((rows, width), dtype=np.uint8)
+    used = None  # which bytes of `matrix` rows use; None while all of them
+    column = 0
+    for piece, lengths in pieces:
+        total += lengths
+        piece_width = piece.shape[1]
+        if not piece_width:
             continue
-        matrices.append(matrix)
-        if rows and lengths.min() == width:  # every row uses the whole width
-            masks.append(None)
-        else:
-            ragged = True
-            masks.append(np.arange(width)[None, :] < lengths[:, None].astype(np.int64))
-    if not matrices:
-        return np.zeros(0, dtype=np.uint8), total
-    matrix = np.concatenate(matrices, axis=1, dtype=np.uint8)
-    if not ragged:
-        return matrix.ravel(), total
-    used = np.concatenate(
-        [
-            np.ones((rows, m.shape[1]), dtype=bool) if mask is None else mask
-            for m, mask in zip(matrices, masks, strict=True)
-        ],
-        axis=1,
-    )
-    return matrix[used], total
+        matrix[:, column : column + piece_width] = piece
+        if rows and lengths.min() != piece_width:  # ragged: some rows use fewer bytes
+            if used is None:
+                used = np.ones((rows, width), dtype=bool)
+            used[:, column : column + piece_width] = np.arange(piece_width) < lengths[:, None]
+        column += piece_width
+    # Rows using every byte need no compaction (the common case); else one pass drops the rest.
+    return (matrix.ravel() if used is None else matrix[used]), total
 
 
 def _binary(
