@@ -125,3 +125,22 @@ def test_framing_in_order_refuses_nulls_in_any_chunk():
     column = pa.chunked_array([pa.array([b"a"]), pa.array([b"b", None])])
     with pytest.raises(ValueError, match="null"):
         list(frame_in_order(column, np.arange(3), 10))
+
+
+def test_large_binary_chunks_are_cut_within_int32_offsets(monkeypatch):
+    # Views address bytes by int32 offsets: lower the limit to see a large_binary chunk cut.
+    monkeypatch.setattr(frame_columns, "_INT32_MAX", 100)
+    records = [bytes([i]) * (30 + i) for i in range(9)]
+    column = pa.array([b"skipped", *records], pa.large_binary()).slice(1)
+    pieces = frame_columns._binary_chunks(column)
+    assert len(pieces) > 1
+    assert [r for piece in pieces for r in piece.to_pylist()] == records
+    for piece in pieces:
+        offsets = frame_columns._offsets(piece)
+        assert piece.type == pa.binary() and offsets[0] == 0 and offsets[-1] <= 100
+    order = np.arange(len(records))[::-1].copy()
+    framed = b"".join(b.to_pybytes() for b in frame_in_order(column, order, 4))
+    assert framed == frame_records(records[::-1])
+    # A single record beyond the limit cannot be cut: refused, not wrapped around.
+    with pytest.raises(ValueError, match="too large"):
+        frame_columns._binary_chunks(pa.array([b"x" * 101], pa.large_binary()))

@@ -102,14 +102,34 @@ def _offsets(array: pa.Array) -> np.ndarray:
 
 
 def _binary_chunks(records: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
-    """The non-empty chunks of the records as binary arrays (views address int32 offsets)."""
+    """The non-empty chunks of the records as binary arrays: a view addresses its bytes by an
+    int32 offset, so a large_binary chunk is cut into pieces of less than 2 GiB each."""
     chunks = records.chunks if isinstance(records, pa.ChunkedArray) else [records]
     out = []
     for chunk in chunks:
         if chunk.null_count:
             raise ValueError("a record to frame is null")
-        if len(chunk):
-            out.append(chunk.cast(pa.binary()) if chunk.type != pa.binary() else chunk)
+        if chunk.type == pa.binary():
+            out += [chunk] if len(chunk) else []
+            continue
+        offsets = _offsets(chunk)
+        first = 0
+        while first < len(chunk):
+            # The records from `first` whose bytes end within int32 reach of its start.
+            reach = int(np.searchsorted(offsets, offsets[first] + _INT32_MAX, side="right"))
+            last = min(max(reach - 1, first + 1), len(chunk))
+            # Built here rather than cast: a cast keeps the original (int64) offsets' values.
+            start, end = int(offsets[first]), int(offsets[last])
+            if end - start > _INT32_MAX:  # one record alone; protobuf refuses 2 GiB anyway
+                raise ValueError(f"a record of {end - start} bytes is too large to frame")
+            part_offsets = (offsets[first : last + 1] - start).astype(np.int32)
+            data = (chunk.buffers()[2] or pa.py_buffer(b"")).slice(start, end - start)
+            out.append(
+                pa.Array.from_buffers(
+                    pa.binary(), last - first, [None, pa.py_buffer(part_offsets), data]
+                )
+            )
+            first = last
     return out
 
 
