@@ -41,21 +41,8 @@ def frame_in_order(
     chunks = _binary_chunks(records)
     if not chunks:
         return
-    lengths = np.concatenate([np.diff(_offsets(c)) for c in chunks]).astype("<u8")
-    # Every record's three views (header, record, footer) at once, in the records' own order.
-    views = np.zeros((len(lengths), 3, _VIEW), np.uint8)
-    fields = views.view("<i4").reshape(len(lengths), 3, 4)  # a view: length, then 12 bytes
-    fields[:, 0, 0] = _INLINE
-    views[:, 0, 4:12] = lengths.view(np.uint8).reshape(-1, 8)
-    fields[:, 0, 3] = _mask(_length_crcs(lengths)).view("<i4")
-    fields[:, 1, 0] = lengths
-    # A short record is inline; a long one is its first 4 bytes, its buffer and its offset.
-    views[:, 1, 4:] = np.concatenate([_leading_bytes(c) for c in chunks])
-    long = lengths > _INLINE
-    fields[long, 1, 2] = np.repeat(np.arange(len(chunks)), [len(c) for c in chunks])[long]
-    fields[long, 1, 3] = np.concatenate([_offsets(c)[:-1] for c in chunks])[long]
-    fields[:, 2, 0] = 4
-    fields[:, 2, 1] = _mask(np.concatenate([_data_crcs(c) for c in chunks])).view("<i4")
+    views = np.concatenate([_record_views(chunk, number) for number, chunk in enumerate(chunks)])
+    lengths = views.view("<i4")[:, 1, 0].astype(np.int64)  # a record's view starts with it
     data = [c.buffers()[2] or pa.py_buffer(b"") for c in chunks]
     order = np.asarray(order, dtype=np.int64)
     for first in range(0, len(order), per_buffer):
@@ -133,30 +120,41 @@ def _binary_chunks(records: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
     return out
 
 
-def _data_crcs(chunk: pa.Array) -> np.ndarray:
-    """The CRC32C of each record: one call each (google-crc32c has no batch call)."""
-    return np.fromiter(map(google_crc32c.value, chunk.to_pylist()), np.uint32, len(chunk))
+def _record_views(chunk: pa.Array, buffer_number: int) -> np.ndarray:
+    """(records, 3 views, 16 bytes): each record's header, the record (in data buffer
+    `buffer_number`) and its footer, as binary views.
 
-
-def _leading_bytes(chunk: pa.Array) -> np.ndarray:
-    """(records, 12): the bytes a record's view holds: a long record's first 4 (its prefix),
-    a short record whole; zeros after."""
+    A view is its length (int32), then, up to 12 bytes, the bytes themselves; longer, their
+    first 4 bytes, the buffer's number and the offset in it (int32 each).
+    """
+    count = len(chunk)
     offsets = _offsets(chunk).astype(np.int64)
-    starts, lengths = offsets[:-1], np.diff(offsets)
-    leading = np.zeros((len(chunk), _INLINE), np.uint8)
+    lengths = np.diff(offsets)
+    views = np.zeros((count, 3, _VIEW), np.uint8)
+    fields = views.view("<i4").reshape(count, 3, 4)
+    fields[:, 0, 0] = _INLINE  # the header: length (8 bytes), its masked CRC (4)
+    views[:, 0, 4:12] = lengths.astype("<u8").view(np.uint8).reshape(count, 8)
+    fields[:, 0, 3] = _mask(_length_crcs(lengths.astype("<u8"))).view("<i4")
+    # The footer: the record's masked CRC. One call a record (google-crc32c has no batch call);
+    # it reads the chunk, so that reading each record's prefix next finds it in cache.
+    crcs = np.fromiter(map(google_crc32c.value, chunk.to_pylist()), np.uint32, count)
+    fields[:, 2, 0] = 4
+    fields[:, 2, 1] = _mask(crcs).view("<i4")
+    fields[:, 1, 0] = lengths
+    fields[:, 1, 2] = buffer_number
+    fields[:, 1, 3] = offsets[:-1]
     data = chunk.buffers()[2]
-    if data is None or not data.size:
-        return leading
-    raw = np.frombuffer(data, np.uint8)
-    long = lengths > _INLINE
-    if long.any():  # nearly every record: 4 bytes each, read through a sliding window
-        leading[long, :4] = np.lib.stride_tricks.sliding_window_view(raw, 4)[starts[long]]
-    short = np.flatnonzero(~long)
-    if len(short):  # rare (an empty Example), so byte by byte
-        positions = starts[short, None] + np.arange(_INLINE)
+    raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
+    if len(raw) >= 4:  # every record's first 4 bytes (a short record's are redone below)
+        prefix_starts = np.minimum(offsets[:-1], len(raw) - 4)
+        views[:, 1, 4:8] = np.lib.stride_tricks.sliding_window_view(raw, 4)[prefix_starts]
+    short = np.flatnonzero(lengths <= _INLINE)
+    if len(short):  # rare (an empty Example): held inline, byte by byte, zeros after
+        positions = offsets[short, None] + np.arange(_INLINE)
         inside = positions < offsets[short + 1, None]
-        leading[short] = np.where(inside, raw[np.minimum(positions, len(raw) - 1)], 0)
-    return leading
+        inline = raw[np.minimum(positions, len(raw) - 1)] if len(raw) else 0
+        views[short, 1, 4:] = np.where(inside, inline, 0)
+    return views
 
 
 def _length_crcs(lengths: np.ndarray) -> np.ndarray:
