@@ -329,10 +329,15 @@ def _pieces(rows: int, pieces) -> tuple[np.ndarray, np.ndarray]:
         if rows and lengths.min() != piece_width:  # ragged: some rows use fewer bytes
             if used is None:
                 used = np.ones((rows, width), dtype=bool)
-            used[:, column : column + piece_width] = np.arange(piece_width) < lengths[:, None]
+            used[:, column : column + piece_width] = _widths(piece_width) < lengths[:, None]
         column += piece_width
     # Rows using every byte need no compaction (the common case); else one pass drops the rest.
     return (matrix.ravel() if used is None else matrix[used]), total
+
+
+def _widths(width: int) -> np.ndarray:
+    """0, 1, ... width - 1 as uint64: compared with uint64 lengths without a cast to float."""
+    return np.arange(width, dtype=np.uint64)
 
 
 def _binary(
