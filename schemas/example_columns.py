@@ -289,10 +289,15 @@ def _varint(values: np.ndarray, lengths: np.ndarray | None = None) -> tuple[np.n
     width = int(lengths.max()) if len(values) else 1
     if width == 1:
         return values.astype(np.uint8).reshape(-1, 1), lengths
-    shifts = np.arange(width, dtype=np.uint64) * np.uint64(7)
-    digits = ((values[:, None] >> shifts) & np.uint64(0x7F)).astype(np.uint8)
-    more = np.arange(width, dtype=np.uint64)[None, :] < (lengths - np.uint64(1))[:, None]
-    digits |= more.astype(np.uint8) << 7
+    # One byte column at a time: 7 bits of the value, and the high bit when more bytes follow.
+    # (A (rows, width) uint64 broadcast does the same with ~4x the memory traffic.)
+    digits = np.empty((len(values), width), dtype=np.uint8)
+    rest = values.copy()
+    for k in range(width):
+        digit = (rest & np.uint64(0x7F)).astype(np.uint8)
+        digit |= (lengths > np.uint64(k + 1)).view(np.uint8) << np.uint8(7)
+        digits[:, k] = digit
+        rest >>= np.uint64(7)
     return digits, lengths
 
 
