@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import numpy as np
 import pyarrow as pa
@@ -145,3 +146,50 @@ def test_keys_that_are_prefixes_of_others_in_protobufs_order():
     columns = [FeatureColumn(key, "int64", values) for key in keys]
     expected = codec.serialize(codec.build_example({key: ("int64", [1]) for key in keys}))
     assert encode_examples(columns, 1).examples[0].as_py() == expected
+
+
+# Values at every varint width boundary, so that a column's rows need different widths.
+_BOUNDARY_INTS = [0, 1, 127, 128, 16383, 16384, 2**21, 2**35 - 1, 2**63 - 1, -1, -(2**63)]
+_BOUNDARY_LENGTHS = [0, 1, 12, 13, 100, 127, 128, 129, 16383, 16384]
+
+
+def test_columns_mixing_varint_widths_nulls_and_defaults():
+    """Many rows whose lengths and values fall on both sides of varint width boundaries, with
+    missing cells (some columns filled by defaults), empty lists and long bytes values."""
+    rng = random.Random(3)
+
+    def maybe(value):
+        return None if rng.random() < 0.2 else value
+
+    def text():
+        return bytes([rng.randrange(256)]) * rng.choice(_BOUNDARY_LENGTHS)
+
+    num_rows = 400
+    cells = {
+        "i": [maybe([rng.choice(_BOUNDARY_INTS)]) for _ in range(num_rows)],
+        "t": [maybe([text()]) for _ in range(num_rows)],
+        "td": [maybe([text()]) for _ in range(num_rows)],
+        "f": [maybe([rng.choice([0.0, -1.5, 1e39, math.inf])]) for _ in range(num_rows)],
+        "li": [
+            maybe(rng.choices(_BOUNDARY_INTS, k=rng.choice([0, 1, 5, 30]))) for _ in range(num_rows)
+        ],
+        "lt": [maybe([text() for _ in range(rng.choice([0, 1, 3]))]) for _ in range(num_rows)],
+        "lf": [maybe([1.0] * rng.choice([0, 1, 31, 32, 40])) for _ in range(num_rows)],
+    }
+    layouts = [
+        ("i", "int64", False, None),
+        ("t", "bytes", False, None),
+        ("td", "bytes", False, [b"default"]),
+        ("f", "float", False, [2.5]),
+        ("li", "int64", True, [-1, 2**40]),
+        ("lt", "bytes", True, None),
+        ("lf", "float", True, []),
+    ]
+    rows = [[cells[key][index] for key, *_ in layouts] for index in range(num_rows)]
+    encoded = encode_examples(_columns(layouts, rows), num_rows)
+    got = encoded.examples.to_pylist()
+    for index, row in enumerate(rows):
+        data, counts = _expected(layouts, row)
+        assert got[index] == data, f"row {index}"
+        assert encoded.sizes[index] == len(data)
+        assert encoded.counts[index].tolist() == counts

@@ -3,13 +3,19 @@
 import io
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.core import frame_columns
-from transforms.core.frame_columns import frame_binary_array, index_lines
+from transforms.core.frame_columns import (
+    frame_binary_array,
+    frame_in_order,
+    index_lines,
+    record_lengths,
+)
 from transforms.core.tfrecord import frame_record, read_records
 
 
@@ -76,9 +82,65 @@ def test_the_index_locates_each_framed_record(records):
     # A slice: its offsets do not start at zero.
     column = pa.array([b"not in the shard", *records], pa.binary()).slice(1)
     framed = frame_binary_array(column).to_pybytes()
-    lines = index_lines(column).to_pybytes().decode("ascii").splitlines()
+    lines = index_lines(record_lengths(column)).to_pybytes().decode("ascii").splitlines()
     assert len(lines) == len(records)
     for record, line in zip(records, lines, strict=True):
         offset, length = map(int, line.split(" "))
         assert framed[offset : offset + length] == frame_record(record)
     assert sum(int(line.split(" ")[1]) for line in lines) == len(framed)
+
+
+@st.composite
+def chunked_records(draw):
+    """(a chunked column of records, an order of all of them): records around the 12 bytes a
+    binary view holds inline, in chunks that are slices of larger arrays, binary or
+    large_binary."""
+    binary_type = draw(st.sampled_from([pa.binary(), pa.large_binary()]))
+    record = st.binary(max_size=14) | st.binary(max_size=300)
+    chunks = [
+        pa.array([b"before", *records, b"after"], binary_type).slice(1, len(records))
+        for records in draw(st.lists(st.lists(record, max_size=12), max_size=4))
+    ]
+    column = pa.chunked_array(chunks, binary_type)
+    return column, draw(st.permutations(range(len(column))))
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunked_records(), st.integers(1, 5))
+def test_framing_in_order_is_framing_the_sorted_records(column_and_order, per_buffer):
+    column, order = column_and_order
+    records = column.to_pylist()
+    positions = np.array(order, dtype=np.int64)
+    buffers = list(frame_in_order(column, positions, per_buffer))
+    assert len(buffers) == -(-len(order) // per_buffer)  # buffers of per_buffer records
+    framed = b"".join(buffer.to_pybytes() for buffer in buffers)
+    assert framed == frame_records([records[i] for i in order])
+    index = index_lines(record_lengths(column)[positions]).to_pybytes().decode("ascii")
+    assert [int(line.split(" ")[1]) for line in index.splitlines()] == [
+        len(records[i]) + 16 for i in order
+    ]
+
+
+def test_framing_in_order_refuses_nulls_in_any_chunk():
+    column = pa.chunked_array([pa.array([b"a"]), pa.array([b"b", None])])
+    with pytest.raises(ValueError, match="null"):
+        list(frame_in_order(column, np.arange(3), 10))
+
+
+def test_large_binary_chunks_are_cut_within_int32_offsets(monkeypatch):
+    # Views address bytes by int32 offsets: lower the limit to see a large_binary chunk cut.
+    monkeypatch.setattr(frame_columns, "_INT32_MAX", 100)
+    records = [bytes([i]) * (30 + i) for i in range(9)]
+    column = pa.array([b"skipped", *records], pa.large_binary()).slice(1)
+    pieces = frame_columns._binary_chunks(column)
+    assert len(pieces) > 1
+    assert [r for piece in pieces for r in piece.to_pylist()] == records
+    for piece in pieces:
+        offsets = frame_columns._offsets(piece)
+        assert piece.type == pa.binary() and offsets[0] == 0 and offsets[-1] <= 100
+    order = np.arange(len(records))[::-1].copy()
+    framed = b"".join(b.to_pybytes() for b in frame_in_order(column, order, 4))
+    assert framed == frame_records(records[::-1])
+    # A single record beyond the limit cannot be cut: refused, not wrapped around.
+    with pytest.raises(ValueError, match="too large"):
+        frame_columns._binary_chunks(pa.array([b"x" * 101], pa.large_binary()))

@@ -18,7 +18,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
-from transforms.core.frame_columns import frame_binary_array, index_lines
+from transforms.core.frame_columns import frame_in_order, index_lines, record_lengths
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
     errors_file_name,
@@ -35,6 +35,7 @@ from transforms.core.records import (
     in_order,
     ref_table,
     refs_of,
+    sort_order,
 )
 from transforms.core.sharding import SplitLayout
 from transforms.core.tfrecord import framing_of
@@ -187,15 +188,17 @@ class _WriteShardFn(beam.DoFn):
 def _write_complete(records, stream, labels: collections.Counter, index_out=None) -> int:
     """Write records that need no payload (a RecordRef table), in order, and their index when
     `index_out` is a file; count their labels."""
-    examples = in_order(records, ["example"]).column(0)
-    for start in range(0, len(examples), _FRAMES_PER_WRITE):
-        stream.write(memoryview(frame_binary_array(examples.slice(start, _FRAMES_PER_WRITE))))
+    # Framed straight from the unsorted column: sorting it first would copy every record once
+    # more.
+    examples, order = records.column("example"), sort_order(records)
+    for framed in frame_in_order(examples, order, _FRAMES_PER_WRITE):
+        stream.write(memoryview(framed))
     if index_out is not None:
-        index_out.write(memoryview(index_lines(examples)))
+        index_out.write(memoryview(index_lines(record_lengths(examples)[order])))
     label_counts = pc.value_counts(records.column("label").drop_null())
     for entry in label_counts.to_pylist():
         labels[entry["values"]] += entry["counts"]
-    return len(examples)
+    return len(order)
 
 
 def _create(path: str):

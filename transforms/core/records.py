@@ -216,8 +216,14 @@ def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
 def in_order(table: pa.Table, columns: Sequence[str] | None = None) -> pa.RecordBatch:
     """A table's records (or just the named columns) in one batch, in order-key order
     (bytewise, as Python sorts bytes): each column is copied once, by the take that sorts."""
-    order = pa.compute.sort_indices(table.column("order"))
+    order = sort_order(table)
     return _one_batch((table if columns is None else table.select(columns)).take(order))
+
+
+def sort_order(table: pa.Table) -> np.ndarray:
+    """The positions of a table's records in order-key order (bytewise, as Python sorts
+    bytes)."""
+    return pa.compute.sort_indices(table.column("order")).to_numpy()
 
 
 def ref_table(pieces: Iterable[RefPiece]) -> pa.Table:
