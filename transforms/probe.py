@@ -12,6 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
 from transforms.core.images import probe_image
+from transforms.core.local_files import open_hinted
 from transforms.core.paths import has_scheme
 from transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from transforms.progress import Progress
@@ -48,7 +49,7 @@ class ProbeImages(beam.PTransform):
 # probe is CPU work in Pillow, which threads would only contend for.
 REMOTE_PROBES_AT_ONCE = 16
 # Local files are opened this many ahead of their probe, with the kernel asked to read their
-# header and end meanwhile (see _open_hinted).
+# header and end meanwhile (transforms.core.local_files).
 LOCAL_PROBES_AHEAD = 16
 # What a probe reads: the first 16 KiB, up to 64 KiB when the header runs past them, and the
 # last few bytes.
@@ -117,7 +118,7 @@ class _ProbeImageFn(beam.DoFn):
         ahead: collections.deque = collections.deque()
         try:
             for path in paths:
-                ahead.append((path, _open_hinted(path)))
+                ahead.append((path, open_hinted(path, _HINTED_HEAD_BYTES, _HINTED_TAIL_BYTES)))
                 if len(ahead) > LOCAL_PROBES_AHEAD:
                     results.append(self._probe(*ahead.popleft()))
             while ahead:
@@ -135,27 +136,6 @@ class _ProbeImageFn(beam.DoFn):
             return tuple(probe_file(path, self._max_image_pixels, opened))
         except InputError as error:
             return error
-
-
-def _open_hinted(path: str) -> io.FileIO | None:
-    """A local file, opened, with the kernel asked to read what its probe will read.
-
-    None when it cannot be opened: the probe opens it again and reports why.
-    """
-    try:
-        opened = io.FileIO(path)
-    except OSError:
-        return None
-    try:
-        fd = opened.fileno()
-        os.posix_fadvise(fd, 0, _HINTED_HEAD_BYTES, os.POSIX_FADV_WILLNEED)
-        size = os.fstat(fd).st_size
-        if size > _HINTED_HEAD_BYTES:
-            tail = max(_HINTED_HEAD_BYTES, size - _HINTED_TAIL_BYTES)
-            os.posix_fadvise(fd, tail, size - tail, os.POSIX_FADV_WILLNEED)
-    except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
-        pass
-    return opened
 
 
 def probe_file(path: str, max_image_pixels: int, opened: io.FileIO | None = None) -> ImageInfo:

@@ -6,7 +6,6 @@ import collections
 import contextlib
 import functools
 import gzip
-import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from transforms.core.errors import InputError
 from transforms.core.frame_columns import frame_in_order, index_lines, record_lengths
+from transforms.core.local_files import open_hinted
 from transforms.core.naming import (
     TEMP_DIR_PREFIX,
     errors_file_name,
@@ -253,7 +253,7 @@ def _read_ahead(
         if not ref.payload_path:
             fetch = None
         elif not has_scheme(ref.payload_path):
-            fetch = functools.partial(read_payload, ref, _open_ahead(ref.payload_path))
+            fetch = functools.partial(read_payload, ref, open_hinted(ref.payload_path))
         else:
             fetch = pool.submit(read_payload, ref).result
         pending.append((ref, fetch))
@@ -265,31 +265,6 @@ def _read_ahead(
             in_flight -= done[0].payload_size
             yield done
     yield from pending
-
-
-def _open_ahead(path: str) -> BinaryIO | None:
-    """A local file, opened, with the kernel asked to read it into the page cache meanwhile.
-
-    What the read-ahead threads do for object stores, without a thread: a file no longer in
-    the cache (a dataset larger than memory) is read from the disk while the files before it
-    are written, 3-4 times faster than reading each in turn. None when it cannot be opened:
-    the read reports why.
-    """
-    try:
-        opened = _local_filesystem().open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-    except STORAGE_ERRORS:
-        return None
-    try:
-        os.posix_fadvise(opened.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
-    except (OSError, AttributeError):  # only a hint; AttributeError: none on macOS
-        pass
-    return opened
-
-
-@functools.cache
-def _local_filesystem():
-    # FileSystems.open looks for a path's filesystem among all of Beam's on every call (~7 µs).
-    return FileSystems.get_filesystem("/")
 
 
 def read_payload(ref: RecordRef, opened: BinaryIO | None = None) -> bytes:

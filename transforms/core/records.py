@@ -213,11 +213,10 @@ def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
     return in_order(ref_table(pieces))
 
 
-def in_order(table: pa.Table, columns: Sequence[str] | None = None) -> pa.RecordBatch:
-    """A table's records (or just the named columns) in one batch, in order-key order
-    (bytewise, as Python sorts bytes): each column is copied once, by the take that sorts."""
-    order = sort_order(table)
-    return _one_batch((table if columns is None else table.select(columns)).take(order))
+def in_order(table: pa.Table) -> pa.RecordBatch:
+    """A table's records in one batch, in order-key order (bytewise, as Python sorts bytes):
+    each column is copied once, by the take that sorts."""
+    return _one_batch(table.take(sort_order(table)))
 
 
 def sort_order(table: pa.Table) -> np.ndarray:
