@@ -251,6 +251,16 @@ def _warm_page_cache(source: str) -> None:
                 pass
 
 
+def _settle_disk() -> None:
+    """Write back what earlier methods left dirty in the page cache, before the next one starts.
+
+    Otherwise a method pays for the write-back of the gigabytes the method before it wrote
+    (the kernel flushes dirty pages after 30 s or past a share of memory, whoever made them),
+    and its figure depends on which method ran just before it.
+    """
+    os.sync()
+
+
 def _run_method(case: Case, method: Method, repeat: int, work_dir: str, keep: bool) -> dict:
     name = f"{case.name}-{method.key}-r{repeat + 1}"
     output = os.path.join(work_dir, name)
@@ -273,6 +283,7 @@ def _run_method(case: Case, method: Method, repeat: int, work_dir: str, keep: bo
             report_path,
         ]
         shown = ["python", "benchmarks/methods.py", *command[2:]]
+    _settle_disk()
     load = os.getloadavg()[0]
     run = measure.run(command, log_path, report_path, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
     counted = measure.count_output(method.kind, output) if run.exit_code == 0 else {}
@@ -319,6 +330,7 @@ def _time_plan(name: str, source: str, expected: int, args, work_dir: str) -> di
     for repeat in range(args.plan_repeats):
         log(f"plan on {name} ({expected:,} inputs), repeat {repeat + 1}")
         base = os.path.join(work_dir, f"plan-{name}-r{repeat + 1}")
+        _settle_disk()
         command = [
             sys.executable,
             METHODS_SCRIPT,
