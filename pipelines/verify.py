@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dataset import DatasetFolder, open_dataset
@@ -34,6 +34,7 @@ from transforms.core.verify import (
     check_totals,
     check_unlisted,
 )
+from transforms.remote_reads import open_file
 from transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
@@ -207,7 +208,7 @@ def _verify_shard(
 
 
 def _open(path: str) -> BinaryIO:
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    return open_file(path)
 
 
 def _read_json(path: str) -> dict:
