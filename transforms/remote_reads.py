@@ -31,9 +31,9 @@ class EncodedObjectError(OSError):
     refused: an OSError, which every reader already reports against the file it was reading.
     """
 
-    def __init__(self, encoding: str) -> None:
+    def __init__(self, path: str, encoding: str) -> None:
         super().__init__(
-            f"the object is stored with Content-Encoding: {encoding} (as `gsutil cp -Z` and "
+            f"{path} is stored with Content-Encoding: {encoding} (as `gsutil cp -Z` and "
             "`gcloud storage cp --gzip-local-all` store files), which recordforge does not "
             "read; upload the file again without that option"
         )
@@ -51,8 +51,8 @@ def open_file(path: str, compression_type: str = CompressionTypes.UNCOMPRESSED) 
     try:
         raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
     except NotImplementedError as error:  # Beam's "Doubly compressed files not supported."
-        raise EncodedObjectError("gzip") from error
-    _refuse_encoded(raw)
+        raise EncodedObjectError(path, "gzip") from error
+    _refuse_encoded(raw, path)
     # What GCSFileSystem.open does with the compression type, around the checked reader.
     if compression_type == CompressionTypes.AUTO:
         compression_type = CompressionTypes.detect_compression_type(path)
@@ -61,7 +61,7 @@ def open_file(path: str, compression_type: str = CompressionTypes.UNCOMPRESSED) 
     return CompressedFile(raw, compression_type=compression_type)
 
 
-def _refuse_encoded(reader) -> None:
+def _refuse_encoded(reader, path: str) -> None:
     """Close and refuse a gs:// reader (Beam's BeamBlobReader) of a content-encoded object."""
     # The reader reloaded the object's metadata when it was opened: no request. Read without
     # a fallback, so that a google-cloud-storage without the attribute fails loudly (and
@@ -69,7 +69,7 @@ def _refuse_encoded(reader) -> None:
     encoding = reader._blob.content_encoding
     if encoding and encoding != "identity":
         reader.close()
-        raise EncodedObjectError(encoding)
+        raise EncodedObjectError(path, encoding)
 
 
 def open_for_small_reads(path: str) -> BinaryIO:
@@ -89,8 +89,8 @@ def open_for_small_reads(path: str) -> BinaryIO:
     try:
         reader = filesystem._gcsIO().open(path, "rb", read_buffer_size=SMALL_READ_BUFFER_BYTES)
     except NotImplementedError as error:  # as in open_file
-        raise EncodedObjectError("gzip") from error
-    _refuse_encoded(reader)
+        raise EncodedObjectError(path, "gzip") from error
+    _refuse_encoded(reader, path)
     size = reader.seek(0, io.SEEK_END)  # known since the reader was opened: no request
     if size > WHOLE_OBJECT_MAX_BYTES:
         reader.seek(0)
