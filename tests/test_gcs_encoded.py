@@ -30,7 +30,9 @@ from test_gcs import local_files, upload
 from pipelines.dataset import open_dataset
 from pipelines.verify import verify_dataset
 from transforms.core.errors import InputError, UsageError
+from transforms.core.records import RecordRef
 from transforms.probe import probe_file
+from transforms.write import read_payload
 
 OPTIONS = ("--name", "pets", "--num-shards", "1")
 # Content types of the two kinds of encoded object (see the module's docstring).
@@ -95,6 +97,22 @@ def test_the_probe_refuses_an_encoded_image(gcs, bucket, tmp_path, content_type)
     uri = upload_encoded(gcs, bucket, "a.jpg", jpeg, content_type)
     with pytest.raises(InputError) as raised:
         probe_file(uri, max_image_pixels=10**8)
+    assert raised.value.kind == "UnreadableFile"
+    assert_refused(raised.value.message, uri)
+
+
+@pytest.mark.parametrize("content_type", [IMAGE_TYPE, GZIP_TYPE])
+def test_the_shard_writer_refuses_an_image_encoded_since_its_probe(
+    gcs, bucket, tmp_path, content_type
+):
+    jpeg = make_image(tmp_path / "a.jpg", "JPEG")
+    uri = f"gs://{bucket}/a.jpg"
+    ref = RecordRef("train", b"k", 0, b"", uri, len(jpeg), uri, None)
+    gcs.client().bucket(bucket).blob("a.jpg").upload_from_string(jpeg, "image/jpeg")
+    assert read_payload(ref) == jpeg
+    upload_encoded(gcs, bucket, "a.jpg", jpeg, content_type)  # `gsutil cp -Z` over it
+    with pytest.raises(InputError) as raised:
+        read_payload(ref)
     assert raised.value.kind == "UnreadableFile"
     assert_refused(raised.value.message, uri)
 
