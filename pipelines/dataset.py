@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from schemas import codec
@@ -17,6 +16,7 @@ from schemas.manifest import Manifest, ShardInfo, SplitInfo
 from transforms.core.errors import UsageError
 from transforms.core.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
 from transforms.core.tfrecord import read_records
+from transforms.remote_reads import open_file
 from transforms.storage_errors import STORAGE_ERRORS
 
 
@@ -51,7 +51,7 @@ class DatasetFolder:
         or a wrong trailer CRC raises (Beam's reader ends quietly there, losing records).
         """
         path = self.path(shard.file)
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        with open_file(path) as raw:
             if self.manifest.compression == "gzip":
                 with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
                     yield stream
@@ -82,7 +82,7 @@ def open_dataset(folder: str) -> DatasetFolder:
         try:
             if not FileSystems.exists(path):
                 continue
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            with open_file(path) as f:
                 data = json.loads(f.read().decode("utf-8"))
         except (*STORAGE_ERRORS, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise UsageError(f"cannot read {path}: {_first_line(error)}") from None

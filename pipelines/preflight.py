@@ -51,6 +51,7 @@ from transforms.core.paths import (
 )
 from transforms.core.records import CsvRoles, Source
 from transforms.listing import list_files
+from transforms.remote_reads import open_file
 from transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 
@@ -157,7 +158,7 @@ def resolve_csv_schema(
         delimiter = (document or {}).get("delimiter") or ","
     sample_file = first_csv_file(sources)
     try:
-        with FileSystems.open(sample_file, compression_type=CompressionTypes.AUTO) as stream:
+        with open_file(sample_file, CompressionTypes.AUTO) as stream:
             header, sample = read_sample(stream, delimiter=delimiter)
     except Exception as error:  # noqa: BLE001  (pyarrow raises several types for unparsable text)
         raise UsageError(f"cannot read CSV {sample_file}: {_first_line(error)}") from None
@@ -229,9 +230,7 @@ def _with_special_columns(schema: CsvSchema, roles: CsvRoles, declared: set[str]
 
 def _load_schema_document(path: str) -> dict:
     try:
-        with FileSystems.open(
-            normalize_path(path), compression_type=CompressionTypes.UNCOMPRESSED
-        ) as f:
+        with open_file(normalize_path(path)) as f:
             text = f.read().decode("utf-8")
     except STORAGE_ERRORS as error:
         raise UsageError(f"cannot read schema file {path!r}: {_first_line(error)}") from None

@@ -12,9 +12,8 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import BinaryIO
 
-from apache_beam.io.filesystem import BeamIOError, CompressionTypes
+from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from pipelines.dataset import DatasetFolder, open_dataset
@@ -34,6 +33,7 @@ from transforms.core.verify import (
     check_totals,
     check_unlisted,
 )
+from transforms.remote_reads import open_file
 from transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
@@ -187,7 +187,7 @@ def _verify_shard(
                 findings.extend(missing)
                 if not missing:
                     report.files += 1
-                    index_lines = stack.enter_context(_open(dataset.path(shard.index)))
+                    index_lines = stack.enter_context(open_file(dataset.path(shard.index)))
             stream = stack.enter_context(dataset.open_shard(shard))
             findings.extend(verifier.findings(stream, index_lines, shard.index))
     except STORAGE_ERRORS as error:
@@ -206,12 +206,8 @@ def _verify_shard(
     )
 
 
-def _open(path: str) -> BinaryIO:
-    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-
 def _read_json(path: str) -> dict:
-    with _open(path) as f:
+    with open_file(path) as f:
         return json.loads(f.read().decode("utf-8"))
 
 
@@ -237,7 +233,7 @@ def _relative(path: str, folder: str) -> str:
 
 def _count_lines(path: str) -> int:
     lines, last = 0, b"\n"
-    with _open(path) as f:
+    with open_file(path) as f:
         while chunk := f.read(_CHUNK):
             lines += chunk.count(b"\n")
             last = chunk[-1:]

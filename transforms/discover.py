@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from schemas import codec
 from schemas.csv_schema import CsvSchema
@@ -16,6 +15,7 @@ from transforms.core.paths import is_hidden, parent_folder, relative_path, resol
 from transforms.core.records import STAGE_READ, Candidate, CsvRoles, ErrorRecord, Source, pack
 from transforms.listing import list_files
 from transforms.progress import Progress
+from transforms.remote_reads import open_file
 from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
@@ -149,7 +149,7 @@ class _ReadCsvFn(beam.DoFn):
         relative = relative_path(path, source.root)
         row = None
         try:
-            with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as stream:
+            with open_file(path, CompressionTypes.AUTO) as stream:
                 for item in read_csv_rows(stream, self._schema, source_name=relative):
                     row = item.row
                     if isinstance(item, RowError):

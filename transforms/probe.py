@@ -16,7 +16,7 @@ from transforms.core.local_files import open_hinted
 from transforms.core.paths import has_scheme
 from transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from transforms.progress import Progress
-from transforms.remote_reads import open_for_small_reads
+from transforms.remote_reads import EncodedObjectError, open_for_small_reads
 from transforms.storage_errors import STORAGE_ERRORS
 
 ERRORS = "errors"
@@ -166,6 +166,8 @@ def probe_file(path: str, max_image_pixels: int, opened: io.FileIO | None = None
             target = os.readlink(path)
             raise InputError("MissingFile", f"broken symbolic link: {path} -> {target}") from error
         raise InputError("MissingFile", f"file not found: {path}") from error
+    except EncodedObjectError as error:  # says which object, and what to do
+        raise InputError("UnreadableFile", str(error)) from error
     except STORAGE_ERRORS as error:
         if not FileSystems.exists(path):
             raise InputError("MissingFile", f"file not found: {path}") from error

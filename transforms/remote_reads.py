@@ -1,11 +1,11 @@
-"""Opening object-store files for reads of a few small pieces (the image probe's header reads)."""
+"""Opening object-store files: refusing content-encoded gs:// objects, and reads of a few pieces."""
 
 from __future__ import annotations
 
 import io
 from typing import BinaryIO
 
-from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 # What one read that misses the reader's buffer fetches at least. Beam's GCS reader buffers
@@ -22,13 +22,63 @@ SMALL_READ_BUFFER_BYTES = 16 * 1024
 WHOLE_OBJECT_MAX_BYTES = 64 * 1024
 
 
+class EncodedObjectError(OSError):
+    """A gs:// object stored with a Content-Encoding (`gsutil cp -Z` stores files gzipped so).
+
+    Beam's GCS reader hands out such an object's bytes as stored, compressed (it asks for the
+    raw download, and its size is the compressed size), and refuses one whose content type is
+    gzip as well. Read as the file they stand for, those bytes would be wrong, so the object is
+    refused: an OSError, which every reader already reports against the file it was reading.
+    """
+
+    def __init__(self, path: str, encoding: str) -> None:
+        super().__init__(
+            f"{path} is stored with Content-Encoding: {encoding} (as `gsutil cp -Z` and "
+            "`gcloud storage cp --gzip-local-all` store files), which recordforge does not "
+            "read; upload the file again without that option"
+        )
+
+
+def open_file(path: str, compression_type: str = CompressionTypes.UNCOMPRESSED) -> BinaryIO:
+    """FileSystems.open(path, compression_type=...), refusing content-encoded gs:// objects.
+
+    Raises:
+        EncodedObjectError: a gs:// object stored with a Content-Encoding.
+        Otherwise what FileSystems.open raises.
+    """
+    if FileSystems.get_filesystem(path).scheme() != "gs":
+        return FileSystems.open(path, compression_type=compression_type)
+    try:
+        raw = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+    except NotImplementedError as error:  # Beam's "Doubly compressed files not supported."
+        raise EncodedObjectError(path, "gzip") from error
+    _refuse_encoded(raw, path)
+    # What GCSFileSystem.open does with the compression type, around the checked reader.
+    if compression_type == CompressionTypes.AUTO:
+        compression_type = CompressionTypes.detect_compression_type(path)
+    if compression_type == CompressionTypes.UNCOMPRESSED:
+        return raw
+    return CompressedFile(raw, compression_type=compression_type)
+
+
+def _refuse_encoded(reader, path: str) -> None:
+    """Close and refuse a gs:// reader (Beam's BeamBlobReader) of a content-encoded object."""
+    # The reader reloaded the object's metadata when it was opened: no request. Read without
+    # a fallback, so that a google-cloud-storage without the attribute fails loudly (and
+    # tests/test_gcs_encoded.py with it) instead of letting encoded objects through.
+    encoding = reader._blob.content_encoding
+    if encoding and encoding != "identity":
+        reader.close()
+        raise EncodedObjectError(path, encoding)
+
+
 def open_for_small_reads(path: str) -> BinaryIO:
     """Opens a file (any Beam FileSystems path) to read a few pieces of it, not all of it.
 
     gs:// objects get a reader whose reads fetch about what they ask (small ones are read
     whole at once); other filesystems open as FileSystems.open opens them. Errors are those of
-    FileSystems.open and of reading (a missing gs:// object raises the storage client's
-    NotFound here, as there).
+    open_file and of reading (a missing gs:// object raises the storage client's NotFound
+    here, as there).
     """
     filesystem = FileSystems.get_filesystem(path)
     if filesystem.scheme() != "gs":
@@ -36,7 +86,11 @@ def open_for_small_reads(path: str) -> BinaryIO:
     # The GcsIO that GCSFileSystem.open itself uses, built from the pipeline's options
     # (credentials, project, retries): only its read buffer differs. Beam's filesystem API has
     # no buffer size; tests/test_gcs_reads.py fails if this private call goes away.
-    reader = filesystem._gcsIO().open(path, "rb", read_buffer_size=SMALL_READ_BUFFER_BYTES)
+    try:
+        reader = filesystem._gcsIO().open(path, "rb", read_buffer_size=SMALL_READ_BUFFER_BYTES)
+    except NotImplementedError as error:  # as in open_file
+        raise EncodedObjectError(path, "gzip") from error
+    _refuse_encoded(reader, path)
     size = reader.seek(0, io.SEEK_END)  # known since the reader was opened: no request
     if size > WHOLE_OBJECT_MAX_BYTES:
         reader.seek(0)

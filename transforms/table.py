@@ -15,7 +15,6 @@ import contextlib
 import apache_beam as beam
 import pyarrow as pa
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
@@ -34,6 +33,7 @@ from transforms.core.records import CsvRoles, Source, SpilledPiece
 from transforms.core.table_records import TableRecords
 from transforms.discover import read_error
 from transforms.progress import Progress
+from transforms.remote_reads import open_file
 from transforms.shard import CUT, SettleCutBuckets, WholeShards
 from transforms.spill import SpillWriter, unspilled
 
@@ -241,7 +241,7 @@ def _read_chunks(
     last_row = None
     rows = 0  # rows parsed (good or not)
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.AUTO) as raw:
+        with open_file(path, CompressionTypes.AUTO) as raw:
             stream = FingerprintingStream(raw) if fingerprint else raw
             # The next block is parsed on a thread (pyarrow releases the GIL) while this one
             # is encoded.

@@ -40,6 +40,7 @@ from transforms.core.records import (
 from transforms.core.sharding import SplitLayout
 from transforms.core.tfrecord import framing_of
 from transforms.progress import LOGGER
+from transforms.remote_reads import open_file
 from transforms.spill import unspilled
 from transforms.storage_errors import STORAGE_ERRORS
 
@@ -274,9 +275,7 @@ def read_payload(ref: RecordRef, opened: BinaryIO | None = None) -> bytes:
     """
     try:
         if opened is None:
-            opened = FileSystems.open(
-                ref.payload_path, compression_type=CompressionTypes.UNCOMPRESSED
-            )
+            opened = open_file(ref.payload_path)
         with opened as f:
             data = f.read()
     except STORAGE_ERRORS as error:
