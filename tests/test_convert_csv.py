@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 
@@ -189,6 +190,31 @@ def test_several_csv_files_and_a_foreign_header(tmp_path, cli):
     (error,) = read_errors(out)
     assert error["error"] == "CsvHeaderMismatch" and error["source"]["path"].endswith("c.csv")
     assert info["num_inputs"] == 4
+
+
+def test_a_csv_whose_header_is_not_utf8_is_an_error_record_or_a_usage_error(tmp_path, cli):
+    # pyarrow keeps cells as bytes but decodes the header's names: a compressed file named
+    # .csv, or a Latin-1 header, used to end the run with a UnicodeDecodeError traceback.
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "a.csv").write_text("x,y\n1,a\n2,b\n")
+    (tmp_path / "parts" / "b.csv").write_bytes(gzip.compress(b"x,y\n3,c\n"))
+    (tmp_path / "parts" / "c.csv").write_bytes(b"x,y\xe9\n4,d\n")
+    out = tmp_path / "out"
+    result = cli("convert", f"{tmp_path / 'parts'}/*.csv", "-o", out)
+    assert result.returncode == 0, result.stderr
+    info, splits = read_dataset(out)
+    assert sorted(int(r["x"]) for r in splits["train"]) == [1, 2]
+    errors = sorted(read_errors(out), key=lambda e: e["source"]["path"])
+    assert [e["source"]["path"][-5:] for e in errors] == ["b.csv", "c.csv"]
+    for error in errors:
+        assert error["error"] == "UnreadableCsv"
+        assert "header row is not UTF-8 text" in error["message"]
+    assert info["num_inputs"] == 4
+    # The first file defines the columns: a usage error naming it, without a traceback.
+    result = cli("convert", tmp_path / "parts" / "c.csv", "-o", tmp_path / "out2")
+    assert result.returncode == 2
+    assert "c.csv" in result.stderr and "header row is not UTF-8 text" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_csv_determinism_across_worker_modes(tmp_path, cli):

@@ -121,6 +121,24 @@ def unreadable(error: Exception) -> InputError:
     return InputError("UnreadableCsv", f"not a readable CSV file: {text}")
 
 
+def column_names(reader: pa_csv.CSVStreamingReader) -> list[str]:
+    """The names in the header row of the file `reader` reads.
+
+    Raises:
+        InputError: kind "UnreadableCsv" when the header is not UTF-8 text (pyarrow keeps the
+            cells of a row as bytes, but decodes the names).
+    """
+    try:
+        return reader.schema.names
+    except UnicodeDecodeError as e:
+        raise InputError(
+            "UnreadableCsv",
+            f"not a readable CSV file: its header row is not UTF-8 text (byte "
+            f"{e.object[e.start : e.start + 1]!r} in a column name); is it compressed, or in "
+            "another encoding?",
+        ) from None
+
+
 def read_text_table(data: bytes, names: Sequence[str], delimiter: str) -> pa.Table:
     """Read CSV bytes held in memory, every named column as raw bytes; skip invalid rows.
 
@@ -154,7 +172,7 @@ def header_names(data: bytes, delimiter: str) -> list[str]:
         )
     except _PARSE_ERRORS as e:
         raise unreadable(e) from None
-    return reader.schema.names
+    return column_names(reader)
 
 
 def open_text_reader(

@@ -19,7 +19,13 @@ from transforms.core.csv_cells import (
     dtype_phrase,
     short_repr,
 )
-from transforms.core.csv_io import TerminatedStream, close_reader, next_batch, open_text_reader
+from transforms.core.csv_io import (
+    TerminatedStream,
+    close_reader,
+    column_names,
+    next_batch,
+    open_text_reader,
+)
 from transforms.core.errors import InputError
 
 _ROW_TEXT_LIMIT = 80
@@ -160,7 +166,7 @@ def read_csv_batches(
         source.stop()
         raise
     try:
-        names = tuple(reader.schema.names)
+        names = tuple(column_names(reader))
         if names != header:
             raise InputError(
                 "CsvHeaderMismatch", _header_mismatch(names, header, source_name, schema)
