@@ -105,6 +105,17 @@ def test_paths():
     assert resolve_reference("imgs/1.jpg", "/data") == "/data/imgs/1.jpg"
     assert resolve_reference("/abs/1.jpg", "/data") == "/abs/1.jpg"
     assert resolve_reference("gs://b/1.jpg", "/data") == "gs://b/1.jpg"
+
+
+def test_references_against_a_bucket_folder_resolve_dot_segments_as_urls_do():
+    # An object store has no folders to resolve ".." in: "file not found: gs://b/t/../i/x.jpg".
+    assert resolve_reference("../img/x.jpg", "gs://b/tables") == "gs://b/img/x.jpg"
+    assert resolve_reference("./x.jpg", "gs://b/tables/") == "gs://b/tables/x.jpg"
+    assert resolve_reference("a/./b/../x.jpg", "gs://b/t") == "gs://b/t/a/x.jpg"
+    assert resolve_reference("../../../x.jpg", "gs://b/t") == "gs://b/x.jpg"  # not above it
+    assert resolve_reference("a//x.jpg", "gs://b/t") == "gs://b/t/a//x.jpg"  # a valid name
+    # Locally the system resolves them, through symbolic links.
+    assert resolve_reference("../img/x.jpg", "/data/tables") == "/data/tables/../img/x.jpg"
     assert parent_folder("gs://b/x/y.csv") == "gs://b/x"
     assert parent_folder("/data/y.csv") == "/data"
 

@@ -51,12 +51,34 @@ def is_csv(path: str) -> bool:
 
 
 def resolve_reference(reference: str, base_folder: str) -> str:
-    """A path written in a CSV cell, resolved against the CSV's folder unless it is absolute."""
+    """A path written in a CSV cell, resolved against the CSV's folder unless it is absolute.
+
+    Against an object-store folder, `.` and `..` segments are resolved here, as in a URL
+    (`gs://b/tables` + `../images/x.jpg` -> `gs://b/images/x.jpg`): object stores have no
+    folders to resolve them. Locally the system resolves them when the file is opened, through
+    symbolic links as the user's shell would.
+    """
     if reference.startswith("/") or has_scheme(reference):
         return reference
     if base_folder in ("", "."):
         return reference
-    return base_folder.rstrip("/") + "/" + reference
+    joined = base_folder.rstrip("/") + "/" + reference
+    return _without_dot_segments(joined) if has_scheme(base_folder) else joined
+
+
+def _without_dot_segments(url: str) -> str:
+    """`scheme://bucket/key` with the key's `.` and `..` segments removed (RFC 3986, 5.2.4),
+    never above the bucket. Empty segments stay: `a//b` is a valid object name."""
+    scheme, _, after = url.partition("://")
+    bucket, _, key = after.partition("/")
+    kept: list[str] = []
+    for segment in key.split("/"):
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+    return f"{scheme}://{bucket}/" + "/".join(kept)
 
 
 def parent_folder(path: str) -> str:
