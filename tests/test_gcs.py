@@ -131,7 +131,8 @@ def test_csv_naming_images_relatively_and_by_gs_uri(gcs, bucket, tmp_path, cli):
     for i in range(6):
         make_image(table / "imgs" / f"r{i}.png", "PNG", size=(20 + i, 30), seed=40 + i)
     make_image(tmp_path / "elsewhere" / "far.jpg", "JPEG", size=(70, 50), seed=3)
-    rows = [f"imgs/r{i}.png,{'ab'[i % 2]},{i}" for i in range(6)]
+    rows = [f"imgs/r{i}.png,{'ab'[i % 2]},{i}" for i in range(5)]
+    rows += ["../table/./imgs/r5.png,b,5"]  # dot segments resolve in a bucket as on a disk
     rows += [f"gs://{bucket}/elsewhere/far.jpg,b,6", "imgs/missing.png,a,7"]
     (table / "labels.csv").write_text("path,label,n\n" + "\n".join(rows) + "\n")
     (table / "schema.yaml").write_text("columns:\n  n: float\n")  # n would be int64 otherwise
