@@ -8,10 +8,12 @@ RecordRefs (records.REF_SCHEMA).
 Only the Beam plumbing between them is replaced, by the simplest thing that keeps memory bounded:
 
     pass 1  every batch → bucket_totals → merge_totals (the SumTotals combine) → build_layouts
-    pass 2  every batch, regenerated → place_batch: pieces of whole buckets are tallied per shard
-            at once; pieces of cut buckets are spilled to disk by bucket range (the shuffle of
-            GroupCutBuckets)
-    pass 3  each spilled range → its buckets → place_cut_bucket → tallied per shard
+    pass 1b every batch, regenerated → cut_totals → FineTotals (the SumCutTotals combine)
+            → refine_layouts
+    pass 2  every batch, regenerated → place_batch: pieces of whole (fine) buckets are tallied
+            per shard at once; pieces of cut fine buckets are spilled to disk by range (the
+            shuffle of GroupCutBuckets)
+    pass 3  each spilled range → its fine buckets → place_cut_bucket → tallied per shard
 
 Records are synthetic: sizes from a log-normal law (JPEG-like: median ~0.84 of the mean, a long
 tail), order keys of the shape order_key() makes (8 hash bytes, then a unique key) drawn with
@@ -46,27 +48,32 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.core.placement import (
+    FineTotals,
     bucket_totals,
     build_layouts,
+    cut_buckets_of,
+    cut_totals,
     merge_totals,
     place_batch,
     place_cut_bucket,
+    refine_layouts,
     whole_shards_of,
 )
 from transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
 from transforms.core.sharding import (
     BUCKET_BITS,
+    FINE_BITS,
     MIB,
     ShardingConfig,
     SplitLayout,
-    buckets_of,
+    fine_buckets_of,
     human_size,
 )
 from transforms.discover import IMAGE_BATCH
 
 SPLIT = "train"
 GENERATE_CHUNK = 1 << 16  # records drawn from one numpy generator at a time
-SPILL_RANGE_BITS = 8  # cut records spill into 2^8 files, each a range of 2^8 buckets
+SPILL_RANGE_BITS = 8  # cut records spill into 2^8 files, each a range of 2^12 fine buckets
 SPILL_FLUSH = 2048  # records buffered per spill file before they are appended to it
 SPILL_COMPACT = 64  # buffered pieces joined into one batch
 TALLY_GROUP = 4096  # placed pieces tallied at once
@@ -232,8 +239,8 @@ class _Spill:
     def _path(self, key: tuple[str, int]) -> str:
         return os.path.join(self._folder, f"{key[0]}-{key[1]:03d}.pickle")
 
-    def add(self, split: str, bucket: int, piece: pa.RecordBatch) -> None:
-        key = (split, bucket >> (BUCKET_BITS - SPILL_RANGE_BITS))
+    def add(self, split: str, fine_bucket: int, piece: pa.RecordBatch) -> None:
+        key = (split, fine_bucket >> (BUCKET_BITS + FINE_BITS - SPILL_RANGE_BITS))
         buffer = self._buffers[key]
         buffer.append(piece)
         if len(buffer) >= SPILL_COMPACT:
@@ -282,9 +289,16 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
     for batch in generate_batches(config):
         merge_totals(totals, bucket_totals(batch))
         generated.add([batch])
-    layouts = build_layouts(totals, config.sharding, [SPLIT])
+    coarse = build_layouts(totals, config.sharding, [SPLIT])
+    coarsely_planned = time.perf_counter()
+    cut_mask, summed = cut_buckets_of(coarse), FineTotals()
+    for batch in generate_batches(config):
+        summed.add(cut_totals(batch, cut_mask))
+    fine_totals = summed.sparse()
+    layouts = refine_layouts(coarse, fine_totals)
     whole = whole_shards_of(layouts)
     planned = time.perf_counter()
+    in_cut_buckets = int(sum(totals[s][0][cut_mask[s]].sum() for s in totals))
 
     tally = _ShardTally(layouts)
     assignment: dict[bytes, int] | None = {} if keep_assignment else None
@@ -297,15 +311,15 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
             pieces, cut = place_batch(batch, whole)
             tally.add(pieces)
             _remember(assignment, pieces)
-            for (split, bucket), piece in cut:
-                spill.add(split, bucket, piece)
+            for (split, fine_bucket), piece in cut:
+                spill.add(split, fine_bucket, piece)
                 cut_records += piece_rows(piece)
         placed = time.perf_counter()
         cut_buckets, largest_cut_bucket, largest_range = 0, 0, 0
         for split, records in spill.ranges():
             largest_range = max(largest_range, records.num_rows)
-            # The group of each cut bucket, as GroupCutBuckets would give it.
-            buckets = buckets_of(records.column("order"))
+            # The group of each cut fine bucket, as GroupCutBuckets would give it.
+            buckets = fine_buckets_of(records.column("order"))
             order = np.argsort(buckets, kind="stable")
             bounds = np.flatnonzero(np.diff(buckets[order])) + 1
             for members in np.split(order, bounds):
@@ -323,7 +337,8 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
         "config": _config_dict(config),
         "records": config.records,
         "seconds": {
-            "plan (pass 1)": round(planned - started, 1),
+            "plan (pass 1)": round(coarsely_planned - started, 1),
+            "fine totals of cut buckets (pass 1b)": round(planned - coarsely_planned, 1),
             "place batches (pass 2)": round(placed - planned, 1),
             "place cut buckets (pass 3)": round(finished - placed, 1),
             "total": round(finished - started, 1),
@@ -331,12 +346,15 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "held": {
             "buckets_with_totals": int(sum(np.count_nonzero(t[0]) for t in totals.values())),
+            "fine_buckets_with_totals": int(sum(len(f) for f, _ in fine_totals.values())),
             "max_spill_buffered_records": spill.max_buffered,
             "largest_cut_range_records": largest_range,
             "largest_cut_bucket_records": largest_cut_bucket,
         },
         "cut": {
-            "buckets": cut_buckets,
+            "buckets": int(sum(m.sum() for m in cut_mask.values())),
+            "records_in_cut_buckets": in_cut_buckets,
+            "fine_buckets": cut_buckets,
             "records": cut_records,
             "record_share": round(cut_records / config.records, 4),
         },
@@ -418,7 +436,9 @@ def format_report(report: dict) -> str:
         + ", ".join(f"{name} {seconds:,.1f} s" for name, seconds in report["seconds"].items()),
         f"peak RSS: {report['peak_rss_mb']:,.0f} MB; held at most: "
         + ", ".join(f"{k} {v:,}" for k, v in report["held"].items()),
-        f"cut buckets: {report['cut']['buckets']:,}, holding {report['cut']['records']:,} "
+        f"cut buckets: {report['cut']['buckets']:,}, holding "
+        f"{report['cut']['records_in_cut_buckets']:,} records; of their fine buckets "
+        f"{report['cut']['fine_buckets']:,} are cut, holding {report['cut']['records']:,} "
         f"records ({report['cut']['record_share']:.1%}), sorted and placed in pass 3",
     ]
     for split, b in report["splits"].items():

@@ -15,11 +15,15 @@ import apache_beam as beam
 import pyarrow as pa
 
 from transforms.core.placement import (
+    FineTotals,
     bucket_totals,
     build_layouts,
+    cut_buckets_of,
+    cut_totals,
     merge_totals,
     place_batch,
     place_cut_bucket,
+    refine_layouts,
     whole_shards_of,
 )
 from transforms.core.sharding import ShardingConfig, SplitLayout
@@ -34,25 +38,47 @@ class PlanShards(beam.PTransform):
         assigned: PCollection[tuple[tuple[str, int], pyarrow.RecordBatch]]: (split, shard
             index) and some of its records; a shard's records arrive in several such pieces
             (absent when not assigning).
-        layouts: PCollection with a single dict {split: SplitLayout} (plan + bucket bounds),
-            covering every configured split even when it received no records.
+        layouts: PCollection with a single dict {split: SplitLayout} (plan + bucket bounds, and
+            with `refine` the bounds of the fine buckets of cut buckets, which placement
+            needs), covering every configured split even when it received no records.
+
+    `refine` (default: `assign`) sums the fine totals of cut buckets, a second pass over the
+    batches that keeps most records of cut buckets out of the group that sorts them.
     """
 
-    def __init__(self, config: ShardingConfig, splits: Sequence[str], assign: bool = True) -> None:
+    def __init__(
+        self,
+        config: ShardingConfig,
+        splits: Sequence[str],
+        assign: bool = True,
+        refine: bool | None = None,
+    ) -> None:
         super().__init__()
         self._config = config
         self._splits = tuple(splits)
         self._assign = assign
+        self._refine = assign if refine is None else refine
+        if assign and not self._refine:
+            raise ValueError("assigning records to shards needs refined layouts")
 
     def expand(self, batches):
-        # {split: SplitLayout}: the only global step, over (3, 65536) totals per split.
+        # {split: SplitLayout}: the global steps, over (3, 65536) totals per split, then over
+        # the fine totals of the cut buckets (at most 65,536 × 16 per split).
         layouts = (
             batches
             | "BucketTotals" >> beam.Map(bucket_totals)
             | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
             | "Layouts" >> beam.Map(build_layouts, self._config, self._splits)
         )
-        if not self._assign:  # planning only
+        if not self._refine:  # planning only
+            return {"layouts": layouts}
+        layouts = (
+            batches
+            | "CutTotals" >> beam.ParDo(_CutTotalsFn(), beam.pvalue.AsSingleton(layouts))
+            | "SumCutTotals" >> beam.CombineGlobally(_SumCutTotalsFn())
+            | "RefineLayouts" >> beam.Map(_refine, beam.pvalue.AsSingleton(layouts))
+        )
+        if not self._assign:
             return {"layouts": layouts}
         placed = batches | "AssignShards" >> beam.ParDo(
             _AssignBatchFn(), beam.pvalue.AsSingleton(layouts)
@@ -63,10 +89,10 @@ class PlanShards(beam.PTransform):
 
 
 class SettleCutBuckets(beam.PTransform):
-    """Records of the few buckets a shard boundary cuts → pieces by shard.
+    """Records of the few fine buckets a shard boundary cuts → pieces by shard.
 
-    Input: PCollection[((split, bucket), RefPiece)]; each bucket's records are sorted by order
-    key to find which side of the boundary they fall. Output: PCollection[((split, shard),
+    Input: PCollection[((split, fine bucket), RefPiece)]; each fine bucket's records are sorted
+    by order key to find which side of the boundary they fall. Output: PCollection[((split, shard),
     RefPiece)]. `layouts` is the PlanShards layouts PCollection.
     """
 
@@ -102,6 +128,45 @@ class _SumTotalsFn(beam.CombineFn):
         return totals
 
 
+class _SumCutTotalsFn(beam.CombineFn):
+    """Sums the bytes per fine bucket of the records of cut buckets, batch by batch."""
+
+    def create_accumulator(self):
+        return FineTotals()
+
+    def add_input(self, totals, batch_totals):
+        return totals.add(batch_totals)
+
+    def merge_accumulators(self, accumulators):
+        merged = FineTotals()
+        for totals in accumulators:
+            merged.merge(totals)
+        return merged
+
+    def extract_output(self, totals):
+        return totals.sparse()
+
+
+def _refine(totals, layouts: Mapping[str, SplitLayout]) -> dict[str, SplitLayout]:
+    return refine_layouts(layouts, totals)
+
+
+class _CutTotalsFn(beam.DoFn):
+    """A batch → the bytes per fine bucket of its records of cut buckets (none: nothing)."""
+
+    def setup(self):
+        self._cached = (None, {})
+
+    def process(self, batch: pa.RecordBatch, layouts: Mapping[str, SplitLayout]):
+        key, cut = self._cached
+        if key is not layouts:  # a side input is the same object for a bundle's elements
+            cut = cut_buckets_of(layouts)
+            self._cached = (layouts, cut)
+        totals = cut_totals(batch, cut)
+        if totals:
+            yield totals
+
+
 class WholeShards:
     """`whole_shards_of(layouts)`, computed once per layouts object: a side input is the same
     object for every element of a bundle."""
@@ -131,8 +196,8 @@ class _AssignBatchFn(beam.DoFn):
 
 
 class _AssignCutBucketFn(beam.DoFn):
-    """((split, bucket), record batches) → ((split, shard), records) in order-key order."""
+    """((split, fine bucket), record batches) → ((split, shard), records) in order-key order."""
 
     def process(self, element, layouts: Mapping[str, SplitLayout]):
-        (split, bucket), pieces = element
-        yield from place_cut_bucket(split, bucket, pieces, layouts)
+        (split, fine_bucket), pieces = element
+        yield from place_cut_bucket(split, fine_bucket, pieces, layouts)
