@@ -74,6 +74,9 @@ class PlanShards(beam.PTransform):
             return {"layouts": layouts}
         layouts = (
             batches
+            # Only what the fine totals need waits for the layouts (a table's records are
+            # otherwise not held at all: PlaceTable reads its blocks back).
+            | "PlanningColumns" >> beam.Map(_planning_columns)
             | "CutTotals" >> beam.ParDo(_CutTotalsFn(), beam.pvalue.AsSingleton(layouts))
             | "SumCutTotals" >> beam.CombineGlobally(_SumCutTotalsFn())
             | "RefineLayouts" >> beam.Map(_refine, beam.pvalue.AsSingleton(layouts))
@@ -145,6 +148,10 @@ class _SumCutTotalsFn(beam.CombineFn):
 
     def extract_output(self, totals):
         return totals.sparse()
+
+
+def _planning_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
+    return batch.select(["split", "order", "size"])
 
 
 def _refine(totals, layouts: Mapping[str, SplitLayout]) -> dict[str, SplitLayout]:
