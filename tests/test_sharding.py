@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transforms.core.keys import order_key
+from transforms.core.placement import (
+    FineTotals,
+    bucket_totals,
+    build_layouts,
+    cut_buckets_of,
+    cut_totals,
+    merge_totals,
+    place_batch,
+    place_cut_bucket,
+    refine_layouts,
+    whole_shards_of,
+)
+from transforms.core.records import RecordRef, concat_batches, piece_rows, ref_batch
 from transforms.core.sharding import (
+    FINE_BITS,
     MIB,
     ShardingConfig,
     SplitStats,
     assign_all,
     assign_bucket,
     bucket_of,
+    fine_bucket_of,
     layout_split,
     plan_shards,
 )
@@ -193,3 +209,145 @@ def test_balance_on_realistic_image_sizes():
     assert max(per_shard) <= 1.1 * mean
     assert min(per_shard) >= 0.9 * mean
     assert math.isclose(sum(per_shard), sum(sizes))
+
+
+def _refs(sizes, buckets: int, split_of=lambda i: "train"):
+    """RecordRefs whose order keys fall in the first `buckets` buckets (a small dataset's
+    records then share buckets as a large dataset's do); the rest of each key is order_key's."""
+    refs = []
+    for i, size in enumerate(sizes):
+        order = order_key("salt", f"0:img/{i}.jpg")
+        order = (int.from_bytes(order[:2], "big") % buckets).to_bytes(2, "big") + order[2:]
+        refs.append(
+            RecordRef(split_of(i), order, size, b"", None, 0, f"img/{i}.jpg", None, None, 0)
+        )
+    return refs
+
+
+def _place_as_the_pipeline_does(batches, config, splits=("train",)):
+    """Every step PlanShards runs, in order: ({order key: (split, shard)}, layouts, records
+    of coarse cut buckets, records through the cut-bucket group)."""
+    totals: dict = {}
+    for batch in batches:
+        merge_totals(totals, bucket_totals(batch))
+    coarse = build_layouts(totals, config, splits)
+    cut = cut_buckets_of(coarse)
+    in_cut_buckets = sum(int(totals[s][0][cut[s]].sum()) for s in totals)
+    per_batch = [FineTotals().add(cut_totals(batch, cut)) for batch in batches]
+    summed = FineTotals()
+    for partial in per_batch:  # as the combine merges workers' accumulators
+        summed.merge(partial)
+    layouts = refine_layouts(coarse, summed.sparse())
+    whole = whole_shards_of(layouts)
+    placed, groups = [], {}
+    for batch in batches:
+        pieces, cut_pieces = place_batch(batch, whole)
+        placed += pieces
+        for key, piece in cut_pieces:
+            groups.setdefault(key, []).append(piece)
+    through_group = 0
+    for (split, fine_bucket), pieces in sorted(groups.items()):
+        through_group += sum(piece_rows(p) for p in pieces)
+        placed += place_cut_bucket(split, fine_bucket, pieces, layouts)
+    assignment = {}
+    for (split, shard), piece in placed:
+        for order in concat_batches([piece]).column("order").to_pylist():
+            assert order not in assignment, "a record placed twice"
+            assignment[order] = (split, shard)
+    return assignment, layouts, in_cut_buckets, len(groups), through_group
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(min_value=17, max_value=100_000), min_size=1, max_size=400),
+    buckets=st.integers(1, 40),
+    shards=st.integers(1, 200),
+    batch=st.integers(1, 300),
+    two_splits=st.booleans(),
+)
+def test_refined_placement_is_the_definition(sizes, buckets, shards, batch, two_splits):
+    """Whole buckets, whole fine buckets and sorted cut fine buckets together put every record
+    in shard floor(p·n / T), p its first byte's position in its split's order-key order."""
+    split_of = (lambda i: ("train", "test")[i % 3 == 0]) if two_splits else (lambda i: "train")
+    refs = _refs(sizes, buckets, split_of)
+    batches = [ref_batch(refs[i : i + batch]) for i in range(0, len(refs), batch)]
+    config = ShardingConfig(num_shards=shards)
+    assignment, layouts, in_cut, cut_groups, through = _place_as_the_pipeline_does(
+        batches, config, ("train", "test")
+    )
+    assert len(assignment) == len(refs)
+    for split, layout in layouts.items():
+        ranked = sorted((r.order, r.size) for r in refs if r.split == split)
+        expected = (
+            assign_all([size for _, size in ranked], layout.plan.num_shards) if ranked else []
+        )
+        assert [assignment[order] for order, _ in ranked] == [(split, s) for s in expected]
+    boundaries = sum(max(0, layout.plan.num_shards - 1) for layout in layouts.values())
+    assert cut_groups <= boundaries  # a boundary cuts at most one fine bucket
+    assert through <= in_cut  # only records of cut buckets, and at most all of them
+
+
+def test_refinement_keeps_most_records_of_cut_buckets_out_of_the_group():
+    """With buckets a little smaller than a shard (10 TB in 200 MiB shards: ~1,500 records a
+    bucket, 47,679 shards for 65,536 buckets), nearly every boundary cuts a bucket, so most
+    records sit in cut buckets; only the fine buckets the boundaries cut still need sorting."""
+    # 256 buckets of 160 records and 186 shards: a bucket is 0.73 of a shard, as at 10 TB.
+    sizes = [20_000 + (i * 7919) % 180_000 for i in range(40_960)]
+    refs = _refs(sizes, 256)
+    batches = [ref_batch(refs[i : i + 256]) for i in range(0, len(refs), 256)]
+    assignment, layouts, in_cut, cut_groups, through = _place_as_the_pipeline_does(
+        batches, ShardingConfig(num_shards=186)
+    )
+    ranked = sorted((r.order, r.size) for r in refs)
+    expected = assign_all([size for _, size in ranked], 186)
+    assert [assignment[order] for order, _ in ranked] == [("train", s) for s in expected]
+    assert in_cut > 0.6 * len(refs)  # without refinement: most records through the group
+    assert 0 < cut_groups <= 185
+    # Each cut fine bucket holds ~1/16 of a bucket: about 185 × 160 / 16 records in all.
+    assert through < in_cut / 8
+    assert through < 0.1 * len(refs)
+
+
+def test_fine_buckets_follow_the_order_key_order():
+    """Sorting by fine bucket never contradicts sorting by order key: a fine bucket is the
+    bucket plus the next FINE_BITS bits of the hash."""
+    orders = sorted(order_key("s", f"k{i}") for i in range(5_000))
+    fine = [fine_bucket_of(order) for order in orders]
+    assert fine == sorted(fine)
+    assert {f >> FINE_BITS for f in fine} == {bucket_of(order) for order in orders}
+    assert len(set(fine)) > len({bucket_of(order) for order in orders})
+
+
+def test_fine_totals_that_do_not_add_up_are_refused():
+    """If the second pass sees other records than the first (a changed input), refining fails
+    rather than placing records by wrong positions."""
+    refs = _refs([1_000 + i for i in range(2_000)], 8)
+    batch = ref_batch(refs)
+    totals = merge_totals({}, bucket_totals(batch))
+    coarse = build_layouts(totals, ShardingConfig(num_shards=20), ["train"])
+    cut = cut_buckets_of(coarse)
+    assert cut["train"].any()
+    drop = next(i for i, ref in enumerate(refs) if cut["train"][bucket_of(ref.order)])
+    missing_one = FineTotals().add(cut_totals(ref_batch(refs[:drop] + refs[drop + 1 :]), cut))
+    with pytest.raises(ValueError, match="changed between the two passes"):
+        refine_layouts(coarse, missing_one.sparse())
+    complete = FineTotals().add(cut_totals(batch, cut))
+    refined = refine_layouts(coarse, complete.sparse())["train"]
+    ends = coarse["train"].bucket_ends[refined.cut_buckets]
+    assert refined.fine_starts[:, -1].tolist() == ends.tolist()
+
+
+def test_fine_totals_cross_the_shuffle_sparse():
+    """The accumulator sums into 2^20 dense counters per split but pickles only the fine
+    buckets that hold records, so partial sums stay small whatever the dataset."""
+    refs = _refs([1_000 + i for i in range(500)], 4)
+    batch = ref_batch(refs)
+    totals = merge_totals({}, bucket_totals(batch))
+    coarse = build_layouts(totals, ShardingConfig(num_shards=9), ["train"])
+    summed = FineTotals().add(cut_totals(batch, cut_buckets_of(coarse)))
+    encoded = pickle.dumps(summed)
+    assert len(encoded) < 4_000  # at most 4 × 16 fine buckets, not 8 MiB of counters
+    fine, sizes = pickle.loads(encoded).sparse()["train"]
+    expected_fine, expected_sizes = summed.sparse()["train"]
+    assert fine.tolist() == expected_fine.tolist() and sizes.tolist() == expected_sizes.tolist()
+    assert 0 < sizes.sum() <= sum(r.size for r in refs)
