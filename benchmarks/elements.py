@@ -27,7 +27,7 @@ from transforms.core.assemble import GatheredResults, assemble_manifest
 from transforms.core.declare import declare_features
 from transforms.core.labels import LabelMap
 from transforms.core.naming import shard_file_name
-from transforms.core.placement import place_batch, whole_shards_of
+from transforms.core.placement import FineTotals, place_batch, whole_shards_of
 from transforms.core.records import (
     STAGE_PROBE,
     CsvRoles,
@@ -41,10 +41,11 @@ from transforms.core.records import (
     ref_batch,
 )
 from transforms.core.sharding import (
+    FINE_PER_BUCKET,
     NUM_BUCKETS,
     ShardingConfig,
     SplitStats,
-    buckets_of,
+    fine_buckets_of,
     human_size,
     layout_split,
 )
@@ -55,13 +56,14 @@ ROOT = "gs://example-datasets/imagenet/train"
 SHUFFLED = {
     "spread candidates (Reshuffle)": "SpreadImageOpens/ReshufflePerKey/GroupByKey",
     "bucket totals (combine)": "PlanShards/SumTotals/CombinePerKey/GroupByKey",
+    "fine totals (combine)": "PlanShards/SumCutTotals/CombinePerKey/GroupByKey",
     "records of cut buckets": "PlanShards/SettleCutBuckets/GroupCutBuckets",
     "pieces by shard": "WriteShards/GroupByShard",
     "commit results (combine)": "Commit/GatherResults/CombinePerKey/GroupByKey",
     "errors by stage": "WriteErrors/GroupByStage",
 }
 BROADCAST = {
-    "layouts": "PlanShards/Layouts",
+    "layouts": "PlanShards/RefineLayouts",
     "labels": "CollectLabels/ResolveLabels",
 }
 # Dataflow and Beam limits on one element (see docs/scale.md for the sources).
@@ -123,19 +125,18 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     refs = ref_batch(_into_known_buckets(ref, layouts["train"]) for _, _, ref in samples)
     pieces, cut = place_batch(refs, whole_shards_of(layouts))
     pieces_per_batch = len(pieces) + len(cut)
-    # Small simulations cut few buckets: then the sample's records stand in for cut ones, one
-    # piece per bucket as place_batch makes them.
+    # Small simulations cut few fine buckets: then the sample's records stand in for cut ones,
+    # one piece per fine bucket as place_batch makes them.
     if not cut:
-        buckets = buckets_of(refs.column("order"))
-        cut = [(("train", int(b)), refs.filter(buckets == b)) for b in np.unique(buckets).tolist()]
+        fine = fine_buckets_of(refs.column("order"))
+        cut = [(("train", int(b)), refs.filter(fine == b)) for b in np.unique(fine).tolist()]
     cut_records = sum(piece_rows(piece) for _, piece in cut)
 
     def size(stage, element) -> int:
         return len(coders[stage].encode(element))
 
-    whole_cut_batch = refs.take(
-        np.concatenate([np.flatnonzero(buckets_of(refs.column("order")) == b) for (_, b), _ in cut])
-    )
+    fine = fine_buckets_of(refs.column("order"))
+    whole_cut_batch = refs.take(np.concatenate([np.flatnonzero(fine == b) for (_, b), _ in cut]))
     per_record = {
         "spread candidates (Reshuffle)": size(
             "spread candidates (Reshuffle)", (1, (candidates, None, PANE_INFO_UNKNOWN))
@@ -145,6 +146,11 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
         # runners materialise the batches of RecordRefs between the two.
         "records, materialised until the layouts exist": len(
             beam.coders.FastPrimitivesCoder().encode(refs)
+        )
+        / n,
+        # CutTotals waits for the coarse layouts: the planning columns are materialised too.
+        "planning columns, materialised until the coarse layouts exist": len(
+            beam.coders.FastPrimitivesCoder().encode(refs.select(["split", "order", "size"]))
         )
         / n,
         "records of cut buckets": sum(size("records of cut buckets", c) for c in cut) / cut_records,
@@ -160,6 +166,7 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     shuffled_per_record = (
         per_record["spread candidates (Reshuffle)"]
         + per_record["records, materialised until the layouts exist"]
+        + per_record["planning columns, materialised until the coarse layouts exist"]
         + cut_share * per_record["records of cut buckets"]
         + (1 - cut_share) * per_record["pieces by shard (batches → shards)"]
         + cut_share * per_record["pieces by shard (cut buckets → shards)"]
@@ -226,6 +233,9 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
         "labels side input (to every worker)": len(coders["labels"].encode(labels)),
         "bucket totals accumulator": report["held"]["buckets_with_totals"]
         and len(coders["bucket totals (combine)"].encode((None, _totals_like(report)))),
+        "fine totals accumulator (sparse, at its largest)": len(
+            coders["fine totals (combine)"].encode((None, _fine_totals_like(report)))
+        ),
         "a batch of RecordRefs (IMAGE_BATCH records)": round(
             per_record["records, materialised until the layouts exist"] * IMAGE_BATCH
         ),
@@ -260,6 +270,15 @@ def _totals_like(report) -> dict:
     totals = np.empty((3, NUM_BUCKETS), np.int64)
     totals[:] = np.array([[per_bucket], [per_bucket * mean], [50 * mean]])
     return {"train": totals}
+
+
+def _fine_totals_like(report) -> FineTotals:
+    # All the fine buckets of cut buckets that held records, summed on one worker.
+    count = report["held"].get("fine_buckets_with_totals", 0)
+    cut = max(1, report["cut"]["buckets"])
+    per_fine = report["config"]["mean_record_bytes"] * report["records"] // (cut * FINE_PER_BUCKET)
+    fine = np.linspace(0, NUM_BUCKETS * FINE_PER_BUCKET - 1, count).astype(np.int64)
+    return FineTotals().add({"train": (np.unique(fine), np.full(len(np.unique(fine)), per_fine))})
 
 
 def _manifest_bytes(report, labels) -> int:
