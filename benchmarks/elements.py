@@ -39,6 +39,7 @@ from transforms.core.records import (
     pack,
     piece_rows,
     ref_batch,
+    take_pieces,
 )
 from transforms.core.sharding import (
     FINE_PER_BUCKET,
@@ -129,7 +130,9 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     # one piece per fine bucket as place_batch makes them.
     if not cut:
         fine = fine_buckets_of(refs.column("order"))
-        cut = [(("train", int(b)), refs.filter(fine == b)) for b in np.unique(fine).tolist()]
+        distinct = np.unique(fine).tolist()
+        groups = [np.flatnonzero(fine == b) for b in distinct]
+        cut = [(("train", b), p) for b, p in zip(distinct, take_pieces(refs, groups), strict=True)]
     cut_records = sum(piece_rows(piece) for _, piece in cut)
 
     def size(stage, element) -> int:

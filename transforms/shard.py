@@ -72,14 +72,17 @@ class PlanShards(beam.PTransform):
         )
         if not self._refine:  # planning only
             return {"layouts": layouts}
-        layouts = (
+        fine_totals = (
             batches
             # Only what the fine totals need waits for the layouts (a table's records are
             # otherwise not held at all: PlaceTable reads its blocks back).
             | "PlanningColumns" >> beam.Map(_planning_columns)
             | "CutTotals" >> beam.ParDo(_CutTotalsFn(), beam.pvalue.AsSingleton(layouts))
-            | "SumCutTotals" >> beam.CombineGlobally(_SumCutTotalsFn())
-            | "RefineLayouts" >> beam.Map(_refine, beam.pvalue.AsSingleton(layouts))
+            # No default element (its injection costs stages): no input, no cut bucket.
+            | "SumCutTotals" >> beam.CombineGlobally(_SumCutTotalsFn()).without_defaults()
+        )
+        layouts = layouts | "RefineLayouts" >> beam.Map(
+            refine_layouts, beam.pvalue.AsSingleton(fine_totals, default_value={})
         )
         if not self._assign:
             return {"layouts": layouts}
@@ -152,10 +155,6 @@ class _SumCutTotalsFn(beam.CombineFn):
 
 def _planning_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.select(["split", "order", "size"])
-
-
-def _refine(totals, layouts: Mapping[str, SplitLayout]) -> dict[str, SplitLayout]:
-    return refine_layouts(layouts, totals)
 
 
 class _CutTotalsFn(beam.DoFn):
