@@ -57,14 +57,13 @@ ROOT = "gs://example-datasets/imagenet/train"
 SHUFFLED = {
     "spread candidates (Reshuffle)": "SpreadImageOpens/ReshufflePerKey/GroupByKey",
     "bucket totals (combine)": "PlanShards/SumTotals/CombinePerKey/GroupByKey",
-    "fine totals (combine)": "PlanShards/SumCutTotals/CombinePerKey/GroupByKey",
     "records of cut buckets": "PlanShards/SettleCutBuckets/GroupCutBuckets",
     "pieces by shard": "WriteShards/GroupByShard",
     "commit results (combine)": "Commit/GatherResults/CombinePerKey/GroupByKey",
     "errors by stage": "WriteErrors/GroupByStage",
 }
 BROADCAST = {
-    "layouts": "PlanShards/RefineLayouts",
+    "layouts": "PlanShards/Layouts",
     "labels": "CollectLabels/ResolveLabels",
 }
 # Dataflow and Beam limits on one element (see docs/scale.md for the sources).
@@ -151,11 +150,6 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
             beam.coders.FastPrimitivesCoder().encode(refs)
         )
         / n,
-        # CutTotals waits for the coarse layouts: the planning columns are materialised too.
-        "planning columns, materialised until the coarse layouts exist": len(
-            beam.coders.FastPrimitivesCoder().encode(refs.select(["split", "order", "size"]))
-        )
-        / n,
         "records of cut buckets": sum(size("records of cut buckets", c) for c in cut) / cut_records,
         "pieces by shard (batches → shards)": sum(size("pieces by shard", item) for item in pieces)
         / max(1, sum(piece_rows(p) for _, p in pieces)),
@@ -169,7 +163,6 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     shuffled_per_record = (
         per_record["spread candidates (Reshuffle)"]
         + per_record["records, materialised until the layouts exist"]
-        + per_record["planning columns, materialised until the coarse layouts exist"]
         + cut_share * per_record["records of cut buckets"]
         + (1 - cut_share) * per_record["pieces by shard (batches → shards)"]
         + cut_share * per_record["pieces by shard (cut buckets → shards)"]
@@ -234,11 +227,8 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
     largest = {
         "layouts side input (to every worker)": len(coders["layouts"].encode(layouts)),
         "labels side input (to every worker)": len(coders["labels"].encode(labels)),
-        "bucket totals accumulator": report["held"]["buckets_with_totals"]
+        "bucket totals accumulator (with the fine totals)": report["held"]["buckets_with_totals"]
         and len(coders["bucket totals (combine)"].encode((None, _totals_like(report)))),
-        "fine totals accumulator (sparse, at its largest)": len(
-            coders["fine totals (combine)"].encode((None, _fine_totals_like(report)))
-        ),
         "a batch of RecordRefs (IMAGE_BATCH records)": round(
             per_record["records, materialised until the layouts exist"] * IMAGE_BATCH
         ),
@@ -266,22 +256,22 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
     }
 
 
-def _totals_like(report) -> dict:
-    # The accumulator: a (3, NUM_BUCKETS) int64 array per split, whatever the scale.
+def _totals_like(report) -> tuple:
+    # The accumulator once every record is in: a (3, NUM_BUCKETS) int64 array per split and the
+    # fine totals (pickled sparse, or dense past half full: at most 8 MiB), whatever the scale.
     per_bucket = report["records"] // NUM_BUCKETS
     mean = report["config"]["mean_record_bytes"]
     totals = np.empty((3, NUM_BUCKETS), np.int64)
     totals[:] = np.array([[per_bucket], [per_bucket * mean], [50 * mean]])
-    return {"train": totals}
+    return {"train": totals}, _fine_totals_like(report)
 
 
 def _fine_totals_like(report) -> FineTotals:
-    # All the fine buckets of cut buckets that held records, summed on one worker.
-    count = report["held"].get("fine_buckets_with_totals", 0)
-    cut = max(1, report["cut"]["buckets"])
-    per_fine = report["config"]["mean_record_bytes"] * report["records"] // (cut * FINE_PER_BUCKET)
-    fine = np.linspace(0, NUM_BUCKETS * FINE_PER_BUCKET - 1, count).astype(np.int64)
-    return FineTotals().add({"train": (np.unique(fine), np.full(len(np.unique(fine)), per_fine))})
+    # As many fine buckets hold records as in the simulation.
+    count = max(1, report["held"].get("fine_buckets_with_totals", 0))
+    fine = np.unique(np.linspace(0, NUM_BUCKETS * FINE_PER_BUCKET - 1, count).astype(np.int64))
+    per_fine = report["config"]["mean_record_bytes"] * report["records"] // len(fine)
+    return FineTotals().add({"train": (fine, np.full(len(fine), per_fine))})
 
 
 def _manifest_bytes(report, labels) -> int:

@@ -7,9 +7,8 @@ DoFns call) on batches shaped like the pipeline's: pyarrow RecordBatches of IMAG
 RecordRefs (records.REF_SCHEMA).
 Only the Beam plumbing between them is replaced, by the simplest thing that keeps memory bounded:
 
-    pass 1  every batch → bucket_totals → merge_totals (the SumTotals combine) → build_layouts
-    pass 1b every batch, regenerated → cut_totals → FineTotals (the SumCutTotals combine)
-            → refine_layouts
+    pass 1  every batch → plan_totals → merge_plan_totals (the SumTotals combine) → plan_layouts
+            (bucket bounds, and the fine bucket bounds of cut buckets)
     pass 2  every batch, regenerated → place_batch: pieces of whole (fine) buckets are tallied
             per shard at once; pieces of cut fine buckets are spilled to disk by range (the
             shuffle of GroupCutBuckets)
@@ -49,14 +48,11 @@ import pyarrow as pa
 
 from transforms.core.placement import (
     FineTotals,
-    bucket_totals,
-    build_layouts,
-    cut_buckets_of,
-    cut_totals,
-    merge_totals,
+    merge_plan_totals,
     place_batch,
     place_cut_bucket,
-    refine_layouts,
+    plan_layouts,
+    plan_totals,
     whole_shards_of,
 )
 from transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
@@ -284,21 +280,18 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
     `keep_assignment` also returns {order key: shard} (small runs only: it holds every record).
     """
     started = time.perf_counter()
-    totals: dict = {}
+    summed: tuple = ({}, FineTotals())
     generated = _Ledger()
     for batch in generate_batches(config):
-        merge_totals(totals, bucket_totals(batch))
+        merge_plan_totals(summed, plan_totals(batch))
         generated.add([batch])
-    coarse = build_layouts(totals, config.sharding, [SPLIT])
-    coarsely_planned = time.perf_counter()
-    cut_mask, summed = cut_buckets_of(coarse), FineTotals()
-    for batch in generate_batches(config):
-        summed.add(cut_totals(batch, cut_mask))
-    fine_totals = summed.sparse()
-    layouts = refine_layouts(coarse, fine_totals)
+    layouts = plan_layouts(summed, config.sharding, [SPLIT])
     whole = whole_shards_of(layouts)
     planned = time.perf_counter()
-    in_cut_buckets = int(sum(totals[s][0][cut_mask[s]].sum() for s in totals))
+    totals, fine_totals = summed[0], summed[1].sparse()
+    in_cut_buckets = sum(
+        int(totals[s][0][layouts[s].cut_buckets].sum()) for s in totals if s in layouts
+    )
 
     tally = _ShardTally(layouts)
     assignment: dict[bytes, int] | None = {} if keep_assignment else None
@@ -337,8 +330,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
         "config": _config_dict(config),
         "records": config.records,
         "seconds": {
-            "plan (pass 1)": round(coarsely_planned - started, 1),
-            "fine totals of cut buckets (pass 1b)": round(planned - coarsely_planned, 1),
+            "plan (pass 1)": round(planned - started, 1),
             "place batches (pass 2)": round(placed - planned, 1),
             "place cut buckets (pass 3)": round(finished - placed, 1),
             "total": round(finished - started, 1),
@@ -352,7 +344,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
             "largest_cut_bucket_records": largest_cut_bucket,
         },
         "cut": {
-            "buckets": int(sum(m.sum() for m in cut_mask.values())),
+            "buckets": int(sum(len(layout.cut_buckets) for layout in layouts.values())),
             "records_in_cut_buckets": in_cut_buckets,
             "fine_buckets": cut_buckets,
             "records": cut_records,

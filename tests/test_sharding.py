@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import pickle
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,11 +15,13 @@ from transforms.core.placement import (
     FineTotals,
     bucket_totals,
     build_layouts,
-    cut_buckets_of,
-    cut_totals,
+    fine_totals,
+    merge_plan_totals,
     merge_totals,
     place_batch,
     place_cut_bucket,
+    plan_layouts,
+    plan_totals,
     refine_layouts,
     whole_shards_of,
 )
@@ -226,18 +229,16 @@ def _refs(sizes, buckets: int, split_of=lambda i: "train"):
 
 def _place_as_the_pipeline_does(batches, config, splits=("train",)):
     """Every step PlanShards runs, in order: ({order key: (split, shard)}, layouts, records
-    of coarse cut buckets, records through the cut-bucket group)."""
-    totals: dict = {}
-    for batch in batches:
-        merge_totals(totals, bucket_totals(batch))
-    coarse = build_layouts(totals, config, splits)
-    cut = cut_buckets_of(coarse)
-    in_cut_buckets = sum(int(totals[s][0][cut[s]].sum()) for s in totals)
-    per_batch = [FineTotals().add(cut_totals(batch, cut)) for batch in batches]
-    summed = FineTotals()
-    for partial in per_batch:  # as the combine merges workers' accumulators
-        summed.merge(partial)
-    layouts = refine_layouts(coarse, summed.sparse())
+    of cut buckets, cut fine buckets, records through the cut-bucket group)."""
+    # Each batch's totals summed on its own "worker", then the accumulators merged.
+    partials = [merge_plan_totals(({}, FineTotals()), plan_totals(batch)) for batch in batches]
+    summed = ({}, FineTotals())
+    for partial in partials:
+        merge_plan_totals(summed, pickle.loads(pickle.dumps(partial)))  # as the combine ships it
+    layouts = plan_layouts(summed, config, splits)
+    in_cut_buckets = sum(
+        int(summed[0][s][0][layouts[s].cut_buckets].sum()) for s in summed[0] if s in layouts
+    )
     whole = whole_shards_of(layouts)
     placed, groups = [], {}
     for batch in batches:
@@ -319,35 +320,39 @@ def test_fine_buckets_follow_the_order_key_order():
 
 
 def test_fine_totals_that_do_not_add_up_are_refused():
-    """If the second pass sees other records than the first (a changed input), refining fails
-    rather than placing records by wrong positions."""
+    """Fine totals summed over other records than the bucket totals cannot place records:
+    refining fails rather than placing them by wrong positions."""
     refs = _refs([1_000 + i for i in range(2_000)], 8)
     batch = ref_batch(refs)
-    totals = merge_totals({}, bucket_totals(batch))
-    coarse = build_layouts(totals, ShardingConfig(num_shards=20), ["train"])
-    cut = cut_buckets_of(coarse)
-    assert cut["train"].any()
-    drop = next(i for i, ref in enumerate(refs) if cut["train"][bucket_of(ref.order)])
-    missing_one = FineTotals().add(cut_totals(ref_batch(refs[:drop] + refs[drop + 1 :]), cut))
-    with pytest.raises(ValueError, match="changed between the two passes"):
+    coarse = build_layouts(
+        merge_totals({}, bucket_totals(batch)), ShardingConfig(num_shards=20), ["train"]
+    )
+    cut = coarse["train"].cut()
+    assert len(cut)
+    drop = next(i for i, ref in enumerate(refs) if bucket_of(ref.order) in cut)
+    missing_one = FineTotals().add(fine_totals(ref_batch(refs[:drop] + refs[drop + 1 :])))
+    with pytest.raises(ValueError, match="do not add up"):
         refine_layouts(coarse, missing_one.sparse())
-    complete = FineTotals().add(cut_totals(batch, cut))
-    refined = refine_layouts(coarse, complete.sparse())["train"]
-    ends = coarse["train"].bucket_ends[refined.cut_buckets]
+    refined = refine_layouts(coarse, FineTotals().add(fine_totals(batch)).sparse())["train"]
+    assert refined.cut_buckets.tolist() == cut.tolist()
+    ends = coarse["train"].bucket_ends[cut]
     assert refined.fine_starts[:, -1].tolist() == ends.tolist()
+    assert refined.fine_starts[:, 0].tolist() == coarse["train"].bucket_starts[cut].tolist()
 
 
-def test_fine_totals_cross_the_shuffle_sparse():
+def test_fine_totals_cross_the_shuffle_small():
     """The accumulator sums into 2^20 dense counters per split but pickles only the fine
-    buckets that hold records, so partial sums stay small whatever the dataset."""
+    buckets that hold records (dense once more than half do): a worker that saw few records
+    ships little, and none ships more than the 8 MiB of counters."""
     refs = _refs([1_000 + i for i in range(500)], 4)
-    batch = ref_batch(refs)
-    totals = merge_totals({}, bucket_totals(batch))
-    coarse = build_layouts(totals, ShardingConfig(num_shards=9), ["train"])
-    summed = FineTotals().add(cut_totals(batch, cut_buckets_of(coarse)))
+    summed = FineTotals().add(fine_totals(ref_batch(refs)))
     encoded = pickle.dumps(summed)
-    assert len(encoded) < 4_000  # at most 4 × 16 fine buckets, not 8 MiB of counters
+    assert len(encoded) < 20_000  # ≤ 500 fine buckets, not 8 MiB of counters
     fine, sizes = pickle.loads(encoded).sparse()["train"]
     expected_fine, expected_sizes = summed.sparse()["train"]
     assert fine.tolist() == expected_fine.tolist() and sizes.tolist() == expected_sizes.tolist()
-    assert 0 < sizes.sum() <= sum(r.size for r in refs)
+    assert sizes.sum() == sum(r.size for r in refs)
+    full = FineTotals().add({"train": (np.arange(1 << 20), np.ones(1 << 20, np.int64))})
+    encoded = pickle.dumps(full)
+    assert len(encoded) < (8 << 20) + 10_000  # dense, not 16 MiB of (bucket, bytes) pairs
+    assert pickle.loads(encoded).sparse()["train"][1].sum() == 1 << 20

@@ -118,9 +118,7 @@ def test_place_table_places_what_the_one_pass_path_placed(tmp_path):
         assigned = before["records"] | "PlanBefore" >> PlanShards(config, ("train", "test"))
         # The conversion's path: encoded blocks parked, sizes planned, then blocks placed.
         sized = files | "Sized" >> read(False, str(spill_dir))
-        layouts = sized["records"] | "Plan" >> PlanShards(
-            config, ("train", "test"), assign=False, refine=True
-        )
+        layouts = sized["records"] | "Plan" >> PlanShards(config, ("train", "test"), assign=False)
         placed = sized["blocks"] | PlaceTable(layouts=layouts["layouts"], spill_dir=str(spill_dir))
         no_bytes = sized["records"] | "ExampleBytes" >> beam.Map(
             lambda b: b.column("example").null_count == b.num_rows

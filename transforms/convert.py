@@ -113,10 +113,7 @@ class _Planned(beam.PTransform):
             TallyCombineFn(FeatureTally, FeatureTally.merge)
         )
         planned = built["records"] | "PlanShards" >> PlanShards(
-            config.sharding,
-            config.configured_splits,
-            assign=self._assign and not tabular,
-            refine=self._assign,  # PlaceTable places a table's records with the layouts
+            config.sharding, config.configured_splits, assign=self._assign and not tabular
         )
         assigned = planned.get("assigned")
         if tabular and self._assign:

@@ -16,14 +16,11 @@ import pyarrow as pa
 
 from transforms.core.placement import (
     FineTotals,
-    bucket_totals,
-    build_layouts,
-    cut_buckets_of,
-    cut_totals,
-    merge_totals,
+    merge_plan_totals,
     place_batch,
     place_cut_bucket,
-    refine_layouts,
+    plan_layouts,
+    plan_totals,
     whole_shards_of,
 )
 from transforms.core.sharding import ShardingConfig, SplitLayout
@@ -38,53 +35,27 @@ class PlanShards(beam.PTransform):
         assigned: PCollection[tuple[tuple[str, int], pyarrow.RecordBatch]]: (split, shard
             index) and some of its records; a shard's records arrive in several such pieces
             (absent when not assigning).
-        layouts: PCollection with a single dict {split: SplitLayout} (plan + bucket bounds, and
-            with `refine` the bounds of the fine buckets of cut buckets, which placement
-            needs), covering every configured split even when it received no records.
-
-    `refine` (default: `assign`) sums the fine totals of cut buckets, a second pass over the
-    batches that keeps most records of cut buckets out of the group that sorts them.
+        layouts: PCollection with a single dict {split: SplitLayout} (plan, bucket bounds, and
+            the bounds of the fine buckets of cut buckets), covering every configured split
+            even when it received no records.
     """
 
-    def __init__(
-        self,
-        config: ShardingConfig,
-        splits: Sequence[str],
-        assign: bool = True,
-        refine: bool | None = None,
-    ) -> None:
+    def __init__(self, config: ShardingConfig, splits: Sequence[str], assign: bool = True) -> None:
         super().__init__()
         self._config = config
         self._splits = tuple(splits)
         self._assign = assign
-        self._refine = assign if refine is None else refine
-        if assign and not self._refine:
-            raise ValueError("assigning records to shards needs refined layouts")
 
     def expand(self, batches):
-        # {split: SplitLayout}: the global steps, over (3, 65536) totals per split, then over
-        # the fine totals of the cut buckets (at most 65,536 × 16 per split).
+        # {split: SplitLayout}: the only global step, over (3, 65536) bucket totals and 2^20
+        # fine bucket byte totals per split.
         layouts = (
             batches
-            | "BucketTotals" >> beam.Map(bucket_totals)
+            | "BucketTotals" >> beam.Map(plan_totals)
             | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
-            | "Layouts" >> beam.Map(build_layouts, self._config, self._splits)
+            | "Layouts" >> beam.Map(plan_layouts, self._config, self._splits)
         )
-        if not self._refine:  # planning only
-            return {"layouts": layouts}
-        fine_totals = (
-            batches
-            # Only what the fine totals need waits for the layouts (a table's records are
-            # otherwise not held at all: PlaceTable reads its blocks back).
-            | "PlanningColumns" >> beam.Map(_planning_columns)
-            | "CutTotals" >> beam.ParDo(_CutTotalsFn(), beam.pvalue.AsSingleton(layouts))
-            # No default element (its injection costs stages): no input, no cut bucket.
-            | "SumCutTotals" >> beam.CombineGlobally(_SumCutTotalsFn()).without_defaults()
-        )
-        layouts = layouts | "RefineLayouts" >> beam.Map(
-            refine_layouts, beam.pvalue.AsSingleton(fine_totals, default_value={})
-        )
-        if not self._assign:
+        if not self._assign:  # planning only
             return {"layouts": layouts}
         placed = batches | "AssignShards" >> beam.ParDo(
             _AssignBatchFn(), beam.pvalue.AsSingleton(layouts)
@@ -116,61 +87,22 @@ class SettleCutBuckets(beam.PTransform):
 
 
 class _SumTotalsFn(beam.CombineFn):
-    """Merges {split: (3, NUM_BUCKETS) totals} dicts."""
+    """Sums `plan_totals`: ({split: (3, NUM_BUCKETS) totals}, FineTotals)."""
 
     def create_accumulator(self):
-        return {}
+        return {}, FineTotals()
 
     def add_input(self, totals, batch_totals):
-        return merge_totals(totals, batch_totals)
+        return merge_plan_totals(totals, batch_totals)
 
     def merge_accumulators(self, accumulators):
-        merged = {}
+        merged = self.create_accumulator()
         for totals in accumulators:
-            merge_totals(merged, totals)
+            merge_plan_totals(merged, totals)
         return merged
 
     def extract_output(self, totals):
         return totals
-
-
-class _SumCutTotalsFn(beam.CombineFn):
-    """Sums the bytes per fine bucket of the records of cut buckets, batch by batch."""
-
-    def create_accumulator(self):
-        return FineTotals()
-
-    def add_input(self, totals, batch_totals):
-        return totals.add(batch_totals)
-
-    def merge_accumulators(self, accumulators):
-        merged = FineTotals()
-        for totals in accumulators:
-            merged.merge(totals)
-        return merged
-
-    def extract_output(self, totals):
-        return totals.sparse()
-
-
-def _planning_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
-    return batch.select(["split", "order", "size"])
-
-
-class _CutTotalsFn(beam.DoFn):
-    """A batch → the bytes per fine bucket of its records of cut buckets (none: nothing)."""
-
-    def setup(self):
-        self._cached = (None, {})
-
-    def process(self, batch: pa.RecordBatch, layouts: Mapping[str, SplitLayout]):
-        key, cut = self._cached
-        if key is not layouts:  # a side input is the same object for a bundle's elements
-            cut = cut_buckets_of(layouts)
-            self._cached = (layouts, cut)
-        totals = cut_totals(batch, cut)
-        if totals:
-            yield totals
 
 
 class WholeShards:

@@ -4,10 +4,9 @@ The pipeline (transforms/shard.py) and the scale simulation (benchmarks/scale.py
 these, so what the simulation measures is what the pipeline does. Batches are pyarrow
 RecordBatches of RecordRefs (records.REF_SCHEMA); totals and assignments are array operations.
 
-    batches ─bucket_totals─▶ {split: (3, NUM_BUCKETS) totals} ─merge_totals─▶ one accumulator
-            ─build_layouts─▶ {split: SplitLayout} (bucket bounds; which buckets are cut)
-    batches ─cut_totals─▶ {split: bytes per fine bucket of cut buckets} ─FineTotals─▶ one
-            accumulator ─refine_layouts─▶ {split: SplitLayout, refined}
+    batches ─plan_totals─▶ ({split: (3, NUM_BUCKETS) totals}, {split: bytes per fine bucket})
+            ─merge_plan_totals─▶ one accumulator ─plan_layouts─▶ {split: SplitLayout}
+            (bucket bounds, and the fine bucket bounds of cut buckets)
             ─whole_shards_of─▶ {split: WholeShardTable}
     batch ─place_batch─▶ pieces of whole (fine) buckets + pieces of cut fine buckets
     cut fine bucket's pieces ─place_cut_bucket─▶ pieces, in order-key order
@@ -80,47 +79,34 @@ def build_layouts(
     return {split: layout_from_totals(totals.get(split, empty), config) for split in names}
 
 
-def cut_buckets_of(layouts: Mapping[str, SplitLayout]) -> dict[str, np.ndarray]:
-    """{split: a bool per bucket, True where a shard boundary cuts it} of unrefined layouts."""
-    cut = {}
-    for split, layout in layouts.items():
-        mask = np.zeros(NUM_BUCKETS, dtype=bool)
-        mask[layout.cut()] = True
-        cut[split] = mask
-    return cut
-
-
 # {split: (fine buckets, ascending, int64; their bytes, int64)}
 CutTotals = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def cut_totals(batch: pa.RecordBatch, cut: Mapping[str, np.ndarray]) -> CutTotals:
-    """The bytes per fine bucket of one batch's records of cut buckets; `cut` is
-    `cut_buckets_of(layouts)`. Sparse: a batch holds few of the cut buckets."""
+def fine_totals(batch: pa.RecordBatch) -> CutTotals:
+    """The bytes per fine bucket of one batch, sparse: a batch holds few of the 2^20."""
     fine = fine_buckets_of(batch.column("order"))
     sizes = batch.column("size").to_numpy(zero_copy_only=False).astype(np.int64)
-    totals: CutTotals = {}
-    for split, rows in _groups(batch.column("split")):
-        rows = rows[cut[split][fine[rows] >> FINE_BITS]]
-        if len(rows):
-            totals[split] = _summed(fine[rows], sizes[rows])
-    return totals
+    return {
+        split: _summed(fine[rows], sizes[rows]) for split, rows in _groups(batch.column("split"))
+    }
 
 
 class FineTotals:
-    """The SumCutTotals accumulator: bytes per fine bucket, per split.
+    """Bytes per fine bucket, per split: the second half of the SumTotals accumulator.
 
     Summed in a dense array per split (NUM_BUCKETS × FINE_PER_BUCKET int64: 8 MiB, whatever the
-    dataset), so adding a batch costs its own records only; pickled sparse, as the fine buckets
-    that hold records of cut buckets (at most one per record, and never more than the cut
-    buckets' fine buckets), so what crosses the combine's shuffle is small.
+    dataset), so adding a batch costs its own records only. Pickled sparse (the fine buckets
+    that hold records: at most one per record a worker saw) unless more than half are
+    filled, then dense: what crosses the combine's shuffle is at most 8 MiB per split, and
+    ~16 B per record for a worker that saw few.
     """
 
     def __init__(self) -> None:
         self._dense: dict[str, np.ndarray] = {}
 
     def add(self, totals: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> FineTotals:
-        """Add one batch's `cut_totals` (or another accumulator's `sparse()`)."""
+        """Add one batch's `fine_totals` (or another accumulator's `sparse()`)."""
         for split, (fine, sizes) in totals.items():
             dense = self._dense.get(split)
             if dense is None:
@@ -146,25 +132,61 @@ class FineTotals:
         return totals
 
     def __getstate__(self):
-        return self.sparse()
+        state = {}
+        for split, dense in self._dense.items():
+            fine = np.flatnonzero(dense)
+            state[split] = dense if 2 * len(fine) > len(dense) else (fine, dense[fine])
+        return state
 
     def __setstate__(self, state) -> None:
         self._dense = {}
-        self.add(state)
+        for split, value in state.items():
+            if isinstance(value, np.ndarray):
+                self._dense[split] = value
+            else:
+                self.add({split: value})
+
+
+def plan_totals(batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], CutTotals]:
+    """What planning sums over the records: (`bucket_totals`, `fine_totals`) of one batch."""
+    return bucket_totals(batch), fine_totals(batch)
+
+
+def merge_plan_totals(
+    totals: tuple[dict[str, np.ndarray], FineTotals], more: tuple
+) -> tuple[dict[str, np.ndarray], FineTotals]:
+    """Add `more` (a batch's `plan_totals`, or another accumulator) into `totals` (in place)."""
+    coarse, fine = more
+    merge_totals(totals[0], coarse)
+    if isinstance(fine, FineTotals):
+        totals[1].merge(fine)
+    else:
+        totals[1].add(fine)
+    return totals
+
+
+def plan_layouts(
+    totals: tuple[Mapping[str, np.ndarray], FineTotals],
+    config: ShardingConfig,
+    splits: Sequence[str],
+) -> dict[str, SplitLayout]:
+    """{split: SplitLayout, refined} from the summed `plan_totals` of every batch."""
+    coarse, fine = totals
+    return refine_layouts(build_layouts(coarse, config, splits), fine.sparse())
 
 
 def refine_layouts(layouts: Mapping[str, SplitLayout], totals: CutTotals) -> dict[str, SplitLayout]:
-    """{split: SplitLayout refined with the fine totals of its cut buckets}; `totals` is
-    `FineTotals.sparse()` of every batch's `cut_totals`."""
+    """{split: SplitLayout refined with the fine totals of its cut buckets}; `totals` holds the
+    bytes per fine bucket of the records (`FineTotals.sparse()`); those of cut buckets count."""
     refined = {}
     for split, layout in layouts.items():
         cut = layout.cut()
         fine_sizes = np.zeros((len(cut), FINE_PER_BUCKET), dtype=np.int64)
         fine, sizes = totals.get(split, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
         rows = np.searchsorted(cut, fine >> FINE_BITS)
-        if len(fine) and (rows.max() >= len(cut) or (cut[rows] != fine >> FINE_BITS).any()):
-            raise ValueError(f"fine totals of split {split!r} name buckets that are not cut")
-        fine_sizes[rows, fine & (FINE_PER_BUCKET - 1)] = sizes
+        kept = rows < len(cut)
+        kept[kept] = cut[rows[kept]] == fine[kept] >> FINE_BITS
+        fine_sizes[rows[kept], fine[kept] & (FINE_PER_BUCKET - 1)] = sizes[kept]
         refined[split] = layout.refine(fine_sizes)
     return refined
 

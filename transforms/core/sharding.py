@@ -12,8 +12,8 @@ bytes, and because the planner keeps the largest record within T/n, no shard is 
 position p is found without a global sort: records are grouped into 2^16 buckets by the top bits of
 their hash, bucket byte totals give each bucket's start, and a bucket that lies within one shard
 needs no sorting at all. A bucket a shard boundary cuts is split again, by the next FINE_BITS bits
-of the hash, into fine buckets whose byte totals are summed in a second pass over the records of
-cut buckets only; only the fine buckets a boundary cuts have their records sorted, one at a time.
+of the hash, into fine buckets (their byte totals are summed with the bucket totals, in the same
+pass); only the fine buckets a boundary cuts have their records sorted, one at a time.
 """
 
 from __future__ import annotations
@@ -286,8 +286,7 @@ class SplitLayout:
         """This layout with the fine buckets of its cut buckets placed too.
 
         `fine_sizes` is (len(self.cut()), FINE_PER_BUCKET) int64: the bytes of each fine bucket
-        of each cut bucket. They must add up to the buckets' own totals, or the records changed
-        between the two passes over them (ValueError).
+        of each cut bucket. They must add up to the buckets' own totals (else ValueError).
         """
         cut = self.cut()
         sizes = np.asarray(fine_sizes, dtype=np.int64).reshape(len(cut), FINE_PER_BUCKET)
@@ -296,8 +295,8 @@ class SplitLayout:
         starts[:, 1:] = starts[:, :1] + np.cumsum(sizes, axis=1)
         if not np.array_equal(starts[:, -1], self.bucket_ends[cut]):
             raise ValueError(
-                "the fine totals of the cut buckets do not add up to the buckets' totals: the "
-                "records changed between the two passes over them"
+                "the fine totals of the cut buckets do not add up to the buckets' totals: they "
+                "were summed over other records"
             )
         return SplitLayout(self.plan, self.bucket_starts, self.bucket_ends, cut, starts)
 
