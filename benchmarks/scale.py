@@ -288,7 +288,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
     layouts = plan_layouts(summed, config.sharding, [SPLIT])
     whole = whole_shards_of(layouts)
     planned = time.perf_counter()
-    totals, fine_totals = summed[0], summed[1].sparse()
+    totals, fine_totals = summed
     in_cut_buckets = sum(
         int(totals[s][0][layouts[s].cut_buckets].sum()) for s in totals if s in layouts
     )
@@ -338,7 +338,7 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "held": {
             "buckets_with_totals": int(sum(np.count_nonzero(t[0]) for t in totals.values())),
-            "fine_buckets_with_totals": int(sum(len(f) for f, _ in fine_totals.values())),
+            "fine_buckets_with_totals": int(sum(len(f) for f, _ in fine_totals.sparse().values())),
             "max_spill_buffered_records": spill.max_buffered,
             "largest_cut_range_records": largest_range,
             "largest_cut_bucket_records": largest_cut_bucket,

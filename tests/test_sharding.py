@@ -332,8 +332,8 @@ def test_fine_totals_that_do_not_add_up_are_refused():
     drop = next(i for i, ref in enumerate(refs) if bucket_of(ref.order) in cut)
     missing_one = FineTotals().add(fine_totals(ref_batch(refs[:drop] + refs[drop + 1 :])))
     with pytest.raises(ValueError, match="do not add up"):
-        refine_layouts(coarse, missing_one.sparse())
-    refined = refine_layouts(coarse, FineTotals().add(fine_totals(batch)).sparse())["train"]
+        refine_layouts(coarse, missing_one)
+    refined = refine_layouts(coarse, FineTotals().add(fine_totals(batch)))["train"]
     assert refined.cut_buckets.tolist() == cut.tolist()
     ends = coarse["train"].bucket_ends[cut]
     assert refined.fine_starts[:, -1].tolist() == ends.tolist()

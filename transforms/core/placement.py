@@ -123,6 +123,13 @@ class FineTotals:
                 mine += dense
         return self
 
+    def of_buckets(self, split: str, buckets: np.ndarray) -> np.ndarray:
+        """The bytes of each fine bucket of `buckets`: (len(buckets), FINE_PER_BUCKET) int64."""
+        dense = self._dense.get(split)
+        if dense is None:
+            return np.zeros((len(buckets), FINE_PER_BUCKET), dtype=np.int64)
+        return dense.reshape(NUM_BUCKETS, FINE_PER_BUCKET)[buckets]
+
     def sparse(self) -> CutTotals:
         """{split: (fine buckets holding records, ascending; their bytes)}."""
         totals = {}
@@ -142,7 +149,7 @@ class FineTotals:
         self._dense = {}
         for split, value in state.items():
             if isinstance(value, np.ndarray):
-                self._dense[split] = value
+                self._dense[split] = value if value.flags.writeable else value.copy()
             else:
                 self.add({split: value})
 
@@ -172,23 +179,15 @@ def plan_layouts(
 ) -> dict[str, SplitLayout]:
     """{split: SplitLayout, refined} from the summed `plan_totals` of every batch."""
     coarse, fine = totals
-    return refine_layouts(build_layouts(coarse, config, splits), fine.sparse())
+    return refine_layouts(build_layouts(coarse, config, splits), fine)
 
 
-def refine_layouts(layouts: Mapping[str, SplitLayout], totals: CutTotals) -> dict[str, SplitLayout]:
-    """{split: SplitLayout refined with the fine totals of its cut buckets}; `totals` holds the
-    bytes per fine bucket of the records (`FineTotals.sparse()`); those of cut buckets count."""
-    refined = {}
-    for split, layout in layouts.items():
-        cut = layout.cut()
-        fine_sizes = np.zeros((len(cut), FINE_PER_BUCKET), dtype=np.int64)
-        fine, sizes = totals.get(split, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
-        rows = np.searchsorted(cut, fine >> FINE_BITS)
-        kept = rows < len(cut)
-        kept[kept] = cut[rows[kept]] == fine[kept] >> FINE_BITS
-        fine_sizes[rows[kept], fine[kept] & (FINE_PER_BUCKET - 1)] = sizes[kept]
-        refined[split] = layout.refine(fine_sizes)
-    return refined
+def refine_layouts(layouts: Mapping[str, SplitLayout], fine: FineTotals) -> dict[str, SplitLayout]:
+    """{split: SplitLayout refined with the fine totals of its cut buckets}."""
+    return {
+        split: layout.refine(fine.of_buckets(split, layout.cut()))
+        for split, layout in layouts.items()
+    }
 
 
 @dataclass(frozen=True, eq=False)
