@@ -28,13 +28,16 @@ from transforms.core.placement import (
 from transforms.core.records import RecordRef, concat_batches, piece_rows, ref_batch
 from transforms.core.sharding import (
     FINE_BITS,
+    FINE_PER_BUCKET,
     MIB,
+    NUM_BUCKETS,
     ShardingConfig,
     SplitStats,
     assign_all,
     assign_bucket,
     bucket_of,
     fine_bucket_of,
+    layout_from_totals,
     layout_split,
     plan_shards,
 )
@@ -356,3 +359,28 @@ def test_fine_totals_cross_the_shuffle_small():
     encoded = pickle.dumps(full)
     assert len(encoded) < (8 << 20) + 10_000  # dense, not 16 MiB of (bucket, bytes) pairs
     assert pickle.loads(encoded).sparse()["train"][1].sum() == 1 << 20
+
+
+def test_fine_whole_shards_past_int64_products_are_exact():
+    """Where T·n no longer fits in int64 the shards are computed with Python integers: the
+    same rule, bucket by bucket and fine bucket by fine bucket."""
+    rng = np.random.default_rng(3)
+    totals = np.zeros((3, NUM_BUCKETS), dtype=np.int64)
+    sizes = rng.integers(1 << 40, 1 << 41, size=NUM_BUCKETS)  # ~2^57 bytes in all
+    totals[0], totals[1], totals[2] = 1_000, sizes, sizes // 1_000
+    layout = layout_from_totals(totals, ShardingConfig(num_shards=40_000))
+    n, total = layout.plan.num_shards, layout.plan.stats.total_bytes
+    assert total * n >= 1 << 62
+    cut = layout.cut()
+    fine_sizes = np.tile(sizes[cut] // FINE_PER_BUCKET, (FINE_PER_BUCKET, 1)).T
+    fine_sizes[:, -1] += sizes[cut] - fine_sizes.sum(axis=1)
+    refined = layout.refine(fine_sizes)
+    shards = refined.fine_whole_shards()
+    for row, starts in enumerate(refined.fine_starts.tolist()[:500]):
+        for k in range(FINE_PER_BUCKET):
+            first, last = starts[k] * n // total, (starts[k + 1] - 1) * n // total
+            assert shards[row, k] == (first if first == last else -1)
+    whole = layout.whole_shards()
+    for bucket in range(0, NUM_BUCKETS, 97):
+        expected = layout.whole_shard(bucket)
+        assert whole[bucket] == (-1 if expected is None else expected)

@@ -267,8 +267,9 @@ class SplitLayout:
         """The shard that holds every record of `bucket`, or None if a shard boundary cuts it.
 
         Records of such a bucket need no ordering to be assigned: every one of them starts
-        between the bucket's first and last byte, and so lands in the same shard. Only the
-        buckets a boundary cuts (fewer than the shard count) need their records sorted.
+        between the bucket's first and last byte, and so lands in the same shard. The buckets
+        a boundary cuts (fewer than the shard count) are placed by fine bucket, the same way;
+        only the fine buckets a boundary cuts need their records sorted.
         """
         first = self.shard_of(self.bucket_starts[bucket])
         last = self.shard_of(self.bucket_ends[bucket] - 1)
@@ -308,19 +309,16 @@ class SplitLayout:
 
     def fine_start(self, fine_bucket: int) -> int:
         """Where a fine bucket of a cut bucket starts."""
-        row = int(np.searchsorted(self._refinement_buckets(), fine_bucket >> FINE_BITS))
-        if row == len(self.cut_buckets) or self.cut_buckets[row] != fine_bucket >> FINE_BITS:
-            raise KeyError(f"bucket {fine_bucket >> FINE_BITS} is not a cut bucket")
-        return int(self.fine_starts[row, fine_bucket & (FINE_PER_BUCKET - 1)])
+        starts, bucket = self._refinement(), fine_bucket >> FINE_BITS
+        row = int(np.searchsorted(self.cut_buckets, bucket))
+        if row == len(self.cut_buckets) or self.cut_buckets[row] != bucket:
+            raise KeyError(f"bucket {bucket} is not a cut bucket")
+        return int(starts[row, fine_bucket & (FINE_PER_BUCKET - 1)])
 
     def _refinement(self) -> np.ndarray:
         if self.fine_starts is None:
             raise ValueError("the layout is not refined: its cut buckets have no fine totals")
         return self.fine_starts
-
-    def _refinement_buckets(self) -> np.ndarray:
-        self._refinement()
-        return self.cut_buckets
 
     def _whole_shards_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """The shard holding every record starting in [start, end), per element; -1 where a
