@@ -384,3 +384,28 @@ def test_fine_whole_shards_past_int64_products_are_exact():
     for bucket in range(0, NUM_BUCKETS, 97):
         expected = layout.whole_shard(bucket)
         assert whole[bucket] == (-1 if expected is None else expected)
+
+
+def test_a_refined_layout_pickles_compactly_and_whole():
+    """The layouts go to every worker: a refined layout's fine bounds travel as small offsets
+    (uint32 here) and come back exactly."""
+    rng = np.random.default_rng(4)
+    totals = np.zeros((3, NUM_BUCKETS), dtype=np.int64)
+    sizes = rng.integers(100_000_000, 200_000_000, size=NUM_BUCKETS)  # ~150 MB buckets, 10 TB
+    totals[0], totals[1], totals[2] = 1_500, sizes, 2_000_000
+    layout = layout_from_totals(totals, ShardingConfig())
+    cut = layout.cut()
+    fine_sizes = rng.integers(0, 3, size=(len(cut), FINE_PER_BUCKET)) + 1
+    fine_sizes = fine_sizes * (sizes[cut] // fine_sizes.sum(axis=1))[:, None]
+    fine_sizes[:, -1] += sizes[cut] - fine_sizes.sum(axis=1)
+    refined = layout.refine(fine_sizes)
+    coarse_bytes, refined_bytes = len(pickle.dumps(layout)), len(pickle.dumps(refined))
+    assert len(cut) > 40_000
+    # 15 uint32 offsets and a uint16 bucket per cut bucket, not 17 int64 bounds and an int64.
+    assert refined_bytes - coarse_bytes < len(cut) * (15 * 4 + 2) + 1_000
+    back = pickle.loads(pickle.dumps(refined))
+    assert back.plan == refined.plan
+    assert np.array_equal(back.cut_buckets, refined.cut_buckets)
+    assert np.array_equal(back.fine_starts, refined.fine_starts)
+    assert np.array_equal(back.fine_whole_shards(), refined.fine_whole_shards())
+    assert pickle.loads(pickle.dumps(layout)).fine_starts is None

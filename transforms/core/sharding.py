@@ -29,8 +29,8 @@ MIB = 1 << 20
 BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
 # Cut buckets are split in 2^FINE_BITS fine buckets: at 10 TB (~1,500 records a bucket) only ~1/16
-# of a cut bucket's records then need sorting, for a layouts side input of at most
-# NUM_BUCKETS × (2^FINE_BITS + 1) positions (9 MiB) per split.
+# of a cut bucket's records then need sorting, for a layouts side input that grows by at most
+# NUM_BUCKETS × (2^FINE_BITS - 1) offsets (~4 MiB as uint32) per split.
 FINE_BITS = 4
 FINE_PER_BUCKET = 1 << FINE_BITS
 
@@ -301,6 +301,17 @@ class SplitLayout:
             )
         return SplitLayout(self.plan, self.bucket_starts, self.bucket_ends, cut, starts)
 
+    def __reduce__(self):
+        # The layouts are a side input sent to every worker: the fine bounds travel as offsets
+        # within their bucket, in the smallest unsigned type that holds them (uint32 at 10 TB),
+        # without the first and last (the bucket's start and end, already sent).
+        fine = None
+        if self.fine_starts is not None:
+            offsets = self.fine_starts[:, 1:-1] - self.fine_starts[:, :1]
+            dtype = np.min_scalar_type(int(offsets.max())) if offsets.size else np.uint8
+            fine = (self.cut_buckets.astype(np.uint16), offsets.astype(dtype))
+        return _unpickle_layout, (self.plan, self.bucket_starts, self.bucket_ends, fine)
+
     def fine_whole_shards(self) -> np.ndarray:
         """`whole_shard` of every fine bucket of every cut bucket, as (len(cut_buckets),
         FINE_PER_BUCKET) int64 (-1 where a boundary cuts it, and for empty fine buckets)."""
@@ -337,6 +348,18 @@ class SplitLayout:
                 first = self.shard_of(starts[index])
                 shards[index] = first if first == self.shard_of(ends[index] - 1) else -1
         return shards
+
+
+def _unpickle_layout(plan, bucket_starts, bucket_ends, fine) -> SplitLayout:
+    if fine is None:
+        return SplitLayout(plan, bucket_starts, bucket_ends)
+    cut_buckets, offsets = fine
+    cut_buckets = cut_buckets.astype(np.int64)
+    starts = np.empty((len(cut_buckets), FINE_PER_BUCKET + 1), dtype=np.int64)
+    starts[:, 0] = bucket_starts[cut_buckets]
+    starts[:, 1:-1] = starts[:, :1] + offsets
+    starts[:, -1] = bucket_ends[cut_buckets]
+    return SplitLayout(plan, bucket_starts, bucket_ends, cut_buckets, starts)
 
 
 def layout_split(
