@@ -80,10 +80,10 @@ def build_layouts(
 
 
 # {split: (fine buckets, ascending, int64; their bytes, int64)}
-CutTotals = dict[str, tuple[np.ndarray, np.ndarray]]
+FineBytes = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
-def fine_totals(batch: pa.RecordBatch) -> CutTotals:
+def fine_totals(batch: pa.RecordBatch) -> FineBytes:
     """The bytes per fine bucket of one batch, sparse: a batch holds few of the 2^20."""
     fine = fine_buckets_of(batch.column("order"))
     sizes = batch.column("size").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -130,7 +130,7 @@ class FineTotals:
             return np.zeros((len(buckets), FINE_PER_BUCKET), dtype=np.int64)
         return dense.reshape(NUM_BUCKETS, FINE_PER_BUCKET)[buckets]
 
-    def sparse(self) -> CutTotals:
+    def sparse(self) -> FineBytes:
         """{split: (fine buckets holding records, ascending; their bytes)}."""
         totals = {}
         for split, dense in self._dense.items():
@@ -154,7 +154,7 @@ class FineTotals:
                 self.add({split: value})
 
 
-def plan_totals(batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], CutTotals]:
+def plan_totals(batch: pa.RecordBatch) -> tuple[dict[str, np.ndarray], FineBytes]:
     """What planning sums over the records: (`bucket_totals`, `fine_totals`) of one batch."""
     return bucket_totals(batch), fine_totals(batch)
 
