@@ -27,7 +27,7 @@ from transforms.core.assemble import GatheredResults, assemble_manifest
 from transforms.core.declare import declare_features
 from transforms.core.labels import LabelMap
 from transforms.core.naming import shard_file_name
-from transforms.core.placement import place_batch, whole_shards_of
+from transforms.core.placement import FineTotals, place_batch, whole_shards_of
 from transforms.core.records import (
     STAGE_PROBE,
     CsvRoles,
@@ -39,12 +39,14 @@ from transforms.core.records import (
     pack,
     piece_rows,
     ref_batch,
+    take_pieces,
 )
 from transforms.core.sharding import (
+    FINE_PER_BUCKET,
     NUM_BUCKETS,
     ShardingConfig,
     SplitStats,
-    buckets_of,
+    fine_buckets_of,
     human_size,
     layout_split,
 )
@@ -123,19 +125,20 @@ def measure_elements(report: dict, layouts, *, workers: int, classes: int) -> di
     refs = ref_batch(_into_known_buckets(ref, layouts["train"]) for _, _, ref in samples)
     pieces, cut = place_batch(refs, whole_shards_of(layouts))
     pieces_per_batch = len(pieces) + len(cut)
-    # Small simulations cut few buckets: then the sample's records stand in for cut ones, one
-    # piece per bucket as place_batch makes them.
+    # Small simulations cut few fine buckets: then the sample's records stand in for cut ones,
+    # one piece per fine bucket as place_batch makes them.
     if not cut:
-        buckets = buckets_of(refs.column("order"))
-        cut = [(("train", int(b)), refs.filter(buckets == b)) for b in np.unique(buckets).tolist()]
+        fine = fine_buckets_of(refs.column("order"))
+        distinct = np.unique(fine).tolist()
+        groups = [np.flatnonzero(fine == b) for b in distinct]
+        cut = [(("train", b), p) for b, p in zip(distinct, take_pieces(refs, groups), strict=True)]
     cut_records = sum(piece_rows(piece) for _, piece in cut)
 
     def size(stage, element) -> int:
         return len(coders[stage].encode(element))
 
-    whole_cut_batch = refs.take(
-        np.concatenate([np.flatnonzero(buckets_of(refs.column("order")) == b) for (_, b), _ in cut])
-    )
+    fine = fine_buckets_of(refs.column("order"))
+    whole_cut_batch = refs.take(np.concatenate([np.flatnonzero(fine == b) for (_, b), _ in cut]))
     per_record = {
         "spread candidates (Reshuffle)": size(
             "spread candidates (Reshuffle)", (1, (candidates, None, PANE_INFO_UNKNOWN))
@@ -224,7 +227,7 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
     largest = {
         "layouts side input (to every worker)": len(coders["layouts"].encode(layouts)),
         "labels side input (to every worker)": len(coders["labels"].encode(labels)),
-        "bucket totals accumulator": report["held"]["buckets_with_totals"]
+        "bucket totals accumulator (with the fine totals)": report["held"]["buckets_with_totals"]
         and len(coders["bucket totals (combine)"].encode((None, _totals_like(report)))),
         "a batch of RecordRefs (IMAGE_BATCH records)": round(
             per_record["records, materialised until the layouts exist"] * IMAGE_BATCH
@@ -253,13 +256,22 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
     }
 
 
-def _totals_like(report) -> dict:
-    # The accumulator: a (3, NUM_BUCKETS) int64 array per split, whatever the scale.
+def _totals_like(report) -> tuple:
+    # The accumulator once every record is in: a (3, NUM_BUCKETS) int64 array per split and the
+    # fine totals (pickled sparse, or dense past half full: at most 8 MiB), whatever the scale.
     per_bucket = report["records"] // NUM_BUCKETS
     mean = report["config"]["mean_record_bytes"]
     totals = np.empty((3, NUM_BUCKETS), np.int64)
     totals[:] = np.array([[per_bucket], [per_bucket * mean], [50 * mean]])
-    return {"train": totals}
+    return {"train": totals}, _fine_totals_like(report)
+
+
+def _fine_totals_like(report) -> FineTotals:
+    # As many fine buckets hold records as in the simulation.
+    count = max(1, report["held"].get("fine_buckets_with_totals", 0))
+    fine = np.unique(np.linspace(0, NUM_BUCKETS * FINE_PER_BUCKET - 1, count).astype(np.int64))
+    per_fine = report["config"]["mean_record_bytes"] * report["records"] // len(fine)
+    return FineTotals().add({"train": (fine, np.full(len(fine), per_fine))})
 
 
 def _manifest_bytes(report, labels) -> int:

@@ -7,11 +7,12 @@ DoFns call) on batches shaped like the pipeline's: pyarrow RecordBatches of IMAG
 RecordRefs (records.REF_SCHEMA).
 Only the Beam plumbing between them is replaced, by the simplest thing that keeps memory bounded:
 
-    pass 1  every batch → bucket_totals → merge_totals (the SumTotals combine) → build_layouts
-    pass 2  every batch, regenerated → place_batch: pieces of whole buckets are tallied per shard
-            at once; pieces of cut buckets are spilled to disk by bucket range (the shuffle of
-            GroupCutBuckets)
-    pass 3  each spilled range → its buckets → place_cut_bucket → tallied per shard
+    pass 1  every batch → plan_totals → merge_plan_totals (the SumTotals combine) → plan_layouts
+            (bucket bounds, and the fine bucket bounds of cut buckets)
+    pass 2  every batch, regenerated → place_batch: pieces of whole (fine) buckets are tallied
+            per shard at once; pieces of cut fine buckets are spilled to disk by range (the
+            shuffle of GroupCutBuckets)
+    pass 3  each spilled range → its fine buckets → place_cut_bucket → tallied per shard
 
 Records are synthetic: sizes from a log-normal law (JPEG-like: median ~0.84 of the mean, a long
 tail), order keys of the shape order_key() makes (8 hash bytes, then a unique key) drawn with
@@ -46,27 +47,29 @@ import numpy as np
 import pyarrow as pa
 
 from transforms.core.placement import (
-    bucket_totals,
-    build_layouts,
-    merge_totals,
+    FineTotals,
+    merge_plan_totals,
     place_batch,
     place_cut_bucket,
+    plan_layouts,
+    plan_totals,
     whole_shards_of,
 )
 from transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
 from transforms.core.sharding import (
     BUCKET_BITS,
+    FINE_BITS,
     MIB,
     ShardingConfig,
     SplitLayout,
-    buckets_of,
+    fine_buckets_of,
     human_size,
 )
 from transforms.discover import IMAGE_BATCH
 
 SPLIT = "train"
 GENERATE_CHUNK = 1 << 16  # records drawn from one numpy generator at a time
-SPILL_RANGE_BITS = 8  # cut records spill into 2^8 files, each a range of 2^8 buckets
+SPILL_RANGE_BITS = 8  # cut records spill into 2^8 files, each a range of 2^12 fine buckets
 SPILL_FLUSH = 2048  # records buffered per spill file before they are appended to it
 SPILL_COMPACT = 64  # buffered pieces joined into one batch
 TALLY_GROUP = 4096  # placed pieces tallied at once
@@ -232,8 +235,8 @@ class _Spill:
     def _path(self, key: tuple[str, int]) -> str:
         return os.path.join(self._folder, f"{key[0]}-{key[1]:03d}.pickle")
 
-    def add(self, split: str, bucket: int, piece: pa.RecordBatch) -> None:
-        key = (split, bucket >> (BUCKET_BITS - SPILL_RANGE_BITS))
+    def add(self, split: str, fine_bucket: int, piece: pa.RecordBatch) -> None:
+        key = (split, fine_bucket >> (BUCKET_BITS + FINE_BITS - SPILL_RANGE_BITS))
         buffer = self._buffers[key]
         buffer.append(piece)
         if len(buffer) >= SPILL_COMPACT:
@@ -277,14 +280,18 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
     `keep_assignment` also returns {order key: shard} (small runs only: it holds every record).
     """
     started = time.perf_counter()
-    totals: dict = {}
+    summed: tuple = ({}, FineTotals())
     generated = _Ledger()
     for batch in generate_batches(config):
-        merge_totals(totals, bucket_totals(batch))
+        merge_plan_totals(summed, plan_totals(batch))
         generated.add([batch])
-    layouts = build_layouts(totals, config.sharding, [SPLIT])
+    layouts = plan_layouts(summed, config.sharding, [SPLIT])
     whole = whole_shards_of(layouts)
     planned = time.perf_counter()
+    totals, fine_totals = summed
+    in_cut_buckets = sum(
+        int(totals[s][0][layouts[s].cut_buckets].sum()) for s in totals if s in layouts
+    )
 
     tally = _ShardTally(layouts)
     assignment: dict[bytes, int] | None = {} if keep_assignment else None
@@ -297,15 +304,15 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
             pieces, cut = place_batch(batch, whole)
             tally.add(pieces)
             _remember(assignment, pieces)
-            for (split, bucket), piece in cut:
-                spill.add(split, bucket, piece)
+            for (split, fine_bucket), piece in cut:
+                spill.add(split, fine_bucket, piece)
                 cut_records += piece_rows(piece)
         placed = time.perf_counter()
         cut_buckets, largest_cut_bucket, largest_range = 0, 0, 0
         for split, records in spill.ranges():
             largest_range = max(largest_range, records.num_rows)
-            # The group of each cut bucket, as GroupCutBuckets would give it.
-            buckets = buckets_of(records.column("order"))
+            # The group of each cut fine bucket, as GroupCutBuckets would give it.
+            buckets = fine_buckets_of(records.column("order"))
             order = np.argsort(buckets, kind="stable")
             bounds = np.flatnonzero(np.diff(buckets[order])) + 1
             for members in np.split(order, bounds):
@@ -331,12 +338,15 @@ def simulate(config: SimConfig, spill_folder: str | None = None, keep_assignment
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "held": {
             "buckets_with_totals": int(sum(np.count_nonzero(t[0]) for t in totals.values())),
+            "fine_buckets_with_totals": int(sum(len(f) for f, _ in fine_totals.sparse().values())),
             "max_spill_buffered_records": spill.max_buffered,
             "largest_cut_range_records": largest_range,
             "largest_cut_bucket_records": largest_cut_bucket,
         },
         "cut": {
-            "buckets": cut_buckets,
+            "buckets": int(sum(len(layout.cut_buckets) for layout in layouts.values())),
+            "records_in_cut_buckets": in_cut_buckets,
+            "fine_buckets": cut_buckets,
             "records": cut_records,
             "record_share": round(cut_records / config.records, 4),
         },
@@ -418,7 +428,9 @@ def format_report(report: dict) -> str:
         + ", ".join(f"{name} {seconds:,.1f} s" for name, seconds in report["seconds"].items()),
         f"peak RSS: {report['peak_rss_mb']:,.0f} MB; held at most: "
         + ", ".join(f"{k} {v:,}" for k, v in report["held"].items()),
-        f"cut buckets: {report['cut']['buckets']:,}, holding {report['cut']['records']:,} "
+        f"cut buckets: {report['cut']['buckets']:,}, holding "
+        f"{report['cut']['records_in_cut_buckets']:,} records; of their fine buckets "
+        f"{report['cut']['fine_buckets']:,} are cut, holding {report['cut']['records']:,} "
         f"records ({report['cut']['record_share']:.1%}), sorted and placed in pass 3",
     ]
     for split, b in report["splits"].items():

@@ -15,11 +15,12 @@ import apache_beam as beam
 import pyarrow as pa
 
 from transforms.core.placement import (
-    bucket_totals,
-    build_layouts,
-    merge_totals,
+    FineTotals,
+    merge_plan_totals,
     place_batch,
     place_cut_bucket,
+    plan_layouts,
+    plan_totals,
     whole_shards_of,
 )
 from transforms.core.sharding import ShardingConfig, SplitLayout
@@ -34,8 +35,9 @@ class PlanShards(beam.PTransform):
         assigned: PCollection[tuple[tuple[str, int], pyarrow.RecordBatch]]: (split, shard
             index) and some of its records; a shard's records arrive in several such pieces
             (absent when not assigning).
-        layouts: PCollection with a single dict {split: SplitLayout} (plan + bucket bounds),
-            covering every configured split even when it received no records.
+        layouts: PCollection with a single dict {split: SplitLayout} (plan, bucket bounds, and
+            the bounds of the fine buckets of cut buckets), covering every configured split
+            even when it received no records.
     """
 
     def __init__(self, config: ShardingConfig, splits: Sequence[str], assign: bool = True) -> None:
@@ -45,12 +47,13 @@ class PlanShards(beam.PTransform):
         self._assign = assign
 
     def expand(self, batches):
-        # {split: SplitLayout}: the only global step, over (3, 65536) totals per split.
+        # {split: SplitLayout}: the only global step, over (3, 65536) bucket totals and 2^20
+        # fine bucket byte totals per split.
         layouts = (
             batches
-            | "BucketTotals" >> beam.Map(bucket_totals)
+            | "BucketTotals" >> beam.Map(plan_totals)
             | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
-            | "Layouts" >> beam.Map(build_layouts, self._config, self._splits)
+            | "Layouts" >> beam.Map(plan_layouts, self._config, self._splits)
         )
         if not self._assign:  # planning only
             return {"layouts": layouts}
@@ -63,10 +66,10 @@ class PlanShards(beam.PTransform):
 
 
 class SettleCutBuckets(beam.PTransform):
-    """Records of the few buckets a shard boundary cuts → pieces by shard.
+    """Records of the few fine buckets a shard boundary cuts → pieces by shard.
 
-    Input: PCollection[((split, bucket), RefPiece)]; each bucket's records are sorted by order
-    key to find which side of the boundary they fall. Output: PCollection[((split, shard),
+    Input: PCollection[((split, fine bucket), RefPiece)]; each fine bucket's records are sorted
+    by order key to find which side of the boundary they fall. Output: PCollection[((split, shard),
     RefPiece)]. `layouts` is the PlanShards layouts PCollection.
     """
 
@@ -84,18 +87,20 @@ class SettleCutBuckets(beam.PTransform):
 
 
 class _SumTotalsFn(beam.CombineFn):
-    """Merges {split: (3, NUM_BUCKETS) totals} dicts."""
+    """Sums `plan_totals`: ({split: (3, NUM_BUCKETS) totals}, FineTotals)."""
 
     def create_accumulator(self):
-        return {}
+        return {}, FineTotals()
 
     def add_input(self, totals, batch_totals):
-        return merge_totals(totals, batch_totals)
+        return merge_plan_totals(totals, batch_totals)
 
     def merge_accumulators(self, accumulators):
-        merged = {}
+        # Into the first (which Beam allows to be modified): no copy of its 8 MiB counters.
+        accumulators = iter(accumulators)
+        merged = next(accumulators, None) or self.create_accumulator()
         for totals in accumulators:
-            merge_totals(merged, totals)
+            merge_plan_totals(merged, totals)
         return merged
 
     def extract_output(self, totals):
@@ -131,8 +136,8 @@ class _AssignBatchFn(beam.DoFn):
 
 
 class _AssignCutBucketFn(beam.DoFn):
-    """((split, bucket), record batches) → ((split, shard), records) in order-key order."""
+    """((split, fine bucket), record batches) → ((split, shard), records) in order-key order."""
 
     def process(self, element, layouts: Mapping[str, SplitLayout]):
-        (split, bucket), pieces = element
-        yield from place_cut_bucket(split, bucket, pieces, layouts)
+        (split, fine_bucket), pieces = element
+        yield from place_cut_bucket(split, fine_bucket, pieces, layouts)

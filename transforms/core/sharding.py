@@ -10,8 +10,10 @@ hash, so the order is pseudo-random but fixed); a record whose first byte sits a
 split of T bytes goes to shard floor(p·n / T). Each shard then holds at most T/n plus one record's
 bytes, and because the planner keeps the largest record within T/n, no shard is ever empty. The
 position p is found without a global sort: records are grouped into 2^16 buckets by the top bits of
-their hash, bucket byte totals give each bucket's start, and only one bucket's records are sorted at
-a time.
+their hash, bucket byte totals give each bucket's start, and a bucket that lies within one shard
+needs no sorting at all. A bucket a shard boundary cuts is split again, by the next FINE_BITS bits
+of the hash, into fine buckets (their byte totals are summed with the bucket totals, in the same
+pass); only the fine buckets a boundary cuts have their records sorted, one at a time.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ import pyarrow as pa
 MIB = 1 << 20
 BUCKET_BITS = 16
 NUM_BUCKETS = 1 << BUCKET_BITS
+# Cut buckets are split in 2^FINE_BITS fine buckets: at 10 TB (~1,500 records a bucket) only ~1/16
+# of a cut bucket's records then need sorting, for a layouts side input that grows by at most
+# NUM_BUCKETS × (2^FINE_BITS - 1) offsets (~4 MiB as uint32) per split.
+FINE_BITS = 4
+FINE_PER_BUCKET = 1 << FINE_BITS
 
 
 @dataclass(frozen=True)
@@ -203,14 +210,32 @@ def bucket_of(order_key: bytes) -> int:
     return int.from_bytes(order_key[:2], "big")
 
 
+def fine_bucket_of(order_key: bytes) -> int:
+    """The fine bucket a record falls in: its bucket, then the next FINE_BITS of its hash."""
+    return bucket_of(order_key) << FINE_BITS | order_key[2] >> (8 - FINE_BITS)
+
+
 def buckets_of(order_keys: pa.Array) -> np.ndarray:
     """`bucket_of` of every order key of a binary array, as int64."""
+    return _leading_bits(order_keys, BUCKET_BITS)
+
+
+def fine_buckets_of(order_keys: pa.Array) -> np.ndarray:
+    """`fine_bucket_of` of every order key of a binary array, as int64."""
+    return _leading_bits(order_keys, BUCKET_BITS + FINE_BITS)
+
+
+def _leading_bits(order_keys: pa.Array, bits: int) -> np.ndarray:
+    """The first `bits` (at most 24) bits of every order key of a binary array, as int64."""
     if not len(order_keys):
         return np.zeros(0, dtype=np.int64)
     offsets = np.frombuffer(order_keys.buffers()[1], dtype=np.int32)
     starts = offsets[order_keys.offset : order_keys.offset + len(order_keys)]
     data = np.frombuffer(order_keys.buffers()[2], dtype=np.uint8)
-    return data[starts].astype(np.int64) << 8 | data[starts + 1]
+    value = data[starts].astype(np.int64) << 16 | data[starts + 1].astype(np.int64) << 8
+    if bits > 16:
+        value |= data[starts + 2]
+    return value >> (24 - bits)
 
 
 @dataclass(frozen=True, eq=False)
@@ -221,11 +246,18 @@ class SplitLayout:
         plan: the split's plan.
         bucket_starts, bucket_ends: int64 arrays indexed by bucket (NUM_BUCKETS long); an
             empty bucket starts and ends where the next one starts.
+        cut_buckets: once refined (`refine`), the buckets a shard boundary cuts, ascending
+            (int64); None before.
+        fine_starts: once refined, where each fine bucket of each cut bucket starts: an int64
+            array of (len(cut_buckets), FINE_PER_BUCKET + 1) whose last column is the bucket's
+            end; None before.
     """
 
     plan: ShardPlan
     bucket_starts: np.ndarray
     bucket_ends: np.ndarray
+    cut_buckets: np.ndarray | None = None
+    fine_starts: np.ndarray | None = None
 
     def shard_of(self, position: int) -> int:
         """The shard of the record whose first byte is at `position`."""
@@ -235,8 +267,9 @@ class SplitLayout:
         """The shard that holds every record of `bucket`, or None if a shard boundary cuts it.
 
         Records of such a bucket need no ordering to be assigned: every one of them starts
-        between the bucket's first and last byte, and so lands in the same shard. Only the
-        buckets a boundary cuts (fewer than the shard count) need their records sorted.
+        between the bucket's first and last byte, and so lands in the same shard. The buckets
+        a boundary cuts (fewer than the shard count) are placed by fine bucket, the same way;
+        only the fine buckets a boundary cuts need their records sorted.
         """
         first = self.shard_of(self.bucket_starts[bucket])
         last = self.shard_of(self.bucket_ends[bucket] - 1)
@@ -244,20 +277,89 @@ class SplitLayout:
 
     def whole_shards(self) -> np.ndarray:
         """`whole_shard` of every bucket at once (int64, -1 for None; -1 for empty buckets)."""
-        shards = np.full(NUM_BUCKETS, -1, dtype=np.int64)
+        return self._whole_shards_between(self.bucket_starts, self.bucket_ends)
+
+    def cut(self) -> np.ndarray:
+        """The non-empty buckets a shard boundary cuts, ascending (int64)."""
+        return np.flatnonzero((self.whole_shards() < 0) & (self.bucket_ends > self.bucket_starts))
+
+    def refine(self, fine_sizes: np.ndarray) -> SplitLayout:
+        """This layout with the fine buckets of its cut buckets placed too.
+
+        `fine_sizes` is (len(self.cut()), FINE_PER_BUCKET) int64: the bytes of each fine bucket
+        of each cut bucket. They must add up to the buckets' own totals (else ValueError).
+        """
+        cut = self.cut()
+        sizes = np.asarray(fine_sizes, dtype=np.int64).reshape(len(cut), FINE_PER_BUCKET)
+        starts = np.zeros((len(cut), FINE_PER_BUCKET + 1), dtype=np.int64)
+        starts[:, 0] = self.bucket_starts[cut]
+        starts[:, 1:] = starts[:, :1] + np.cumsum(sizes, axis=1)
+        if not np.array_equal(starts[:, -1], self.bucket_ends[cut]):
+            raise ValueError(
+                "the fine totals of the cut buckets do not add up to the buckets' totals: they "
+                "were summed over other records"
+            )
+        return SplitLayout(self.plan, self.bucket_starts, self.bucket_ends, cut, starts)
+
+    def __reduce__(self):
+        # The layouts are a side input sent to every worker: the fine bounds travel as offsets
+        # within their bucket, in the smallest unsigned type that holds them (uint32 at 10 TB),
+        # without the first and last (the bucket's start and end, already sent).
+        fine = None
+        if self.fine_starts is not None:
+            offsets = self.fine_starts[:, 1:-1] - self.fine_starts[:, :1]
+            dtype = np.min_scalar_type(int(offsets.max())) if offsets.size else np.uint8
+            fine = (self.cut_buckets.astype(np.uint16), offsets.astype(dtype))
+        return _unpickle_layout, (self.plan, self.bucket_starts, self.bucket_ends, fine)
+
+    def fine_whole_shards(self) -> np.ndarray:
+        """`whole_shard` of every fine bucket of every cut bucket, as (len(cut_buckets),
+        FINE_PER_BUCKET) int64 (-1 where a boundary cuts it, and for empty fine buckets)."""
+        starts = self._refinement()[:, :-1]
+        return self._whole_shards_between(starts, self.fine_starts[:, 1:])
+
+    def fine_start(self, fine_bucket: int) -> int:
+        """Where a fine bucket of a cut bucket starts."""
+        starts, bucket = self._refinement(), fine_bucket >> FINE_BITS
+        row = int(np.searchsorted(self.cut_buckets, bucket))
+        if row == len(self.cut_buckets) or self.cut_buckets[row] != bucket:
+            raise KeyError(f"bucket {bucket} is not a cut bucket")
+        return int(starts[row, fine_bucket & (FINE_PER_BUCKET - 1)])
+
+    def _refinement(self) -> np.ndarray:
+        if self.fine_starts is None:
+            raise ValueError("the layout is not refined: its cut buckets have no fine totals")
+        return self.fine_starts
+
+    def _whole_shards_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The shard holding every record starting in [start, end), per element; -1 where a
+        boundary falls inside, or the range is empty."""
+        shards = np.full(starts.shape, -1, dtype=np.int64)
         total, count = self.plan.stats.total_bytes, self.plan.num_shards
-        filled = np.flatnonzero(self.bucket_ends > self.bucket_starts)
-        if not count or not len(filled):
+        filled = ends > starts
+        if not count or not filled.any():
             return shards
         if total * count < 1 << 62:  # exact in int64
-            first = self.bucket_starts[filled] * count // total
-            last = (self.bucket_ends[filled] - 1) * count // total
+            first = starts[filled] * count // total
+            last = (ends[filled] - 1) * count // total
             shards[filled] = np.where(first == last, first, -1)
         else:
-            for bucket in filled.tolist():
-                whole = self.whole_shard(bucket)
-                shards[bucket] = -1 if whole is None else whole
+            for index in zip(*np.nonzero(filled), strict=True):
+                first = self.shard_of(starts[index])
+                shards[index] = first if first == self.shard_of(ends[index] - 1) else -1
         return shards
+
+
+def _unpickle_layout(plan, bucket_starts, bucket_ends, fine) -> SplitLayout:
+    if fine is None:
+        return SplitLayout(plan, bucket_starts, bucket_ends)
+    cut_buckets, offsets = fine
+    cut_buckets = cut_buckets.astype(np.int64)
+    starts = np.empty((len(cut_buckets), FINE_PER_BUCKET + 1), dtype=np.int64)
+    starts[:, 0] = bucket_starts[cut_buckets]
+    starts[:, 1:-1] = starts[:, :1] + offsets
+    starts[:, -1] = bucket_ends[cut_buckets]
+    return SplitLayout(plan, bucket_starts, bucket_ends, cut_buckets, starts)
 
 
 def layout_split(
@@ -281,6 +383,17 @@ def layout_from_totals(totals: np.ndarray, config: ShardingConfig) -> SplitLayou
 def assign_bucket(layout: SplitLayout, bucket: int, sizes: Sequence[int]) -> list[int]:
     """Shard indices for one bucket's records, given their sizes in order-key order."""
     position = int(layout.bucket_starts[bucket])
+    shards = []
+    for size in sizes:
+        shards.append(layout.shard_of(position))
+        position += size
+    return shards
+
+
+def assign_fine_bucket(layout: SplitLayout, fine_bucket: int, sizes: Sequence[int]) -> list[int]:
+    """Shard indices for one fine bucket's records, given their sizes in order-key order; the
+    layout must be refined."""
+    position = layout.fine_start(fine_bucket)
     shards = []
     for size in sizes:
         shards.append(layout.shard_of(position))
