@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import pickle
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from transforms.core import placement
 from transforms.core.keys import order_key
 from transforms.core.placement import (
     FineTotals,
@@ -268,17 +270,24 @@ def _place_as_the_pipeline_does(batches, config, splits=("train",)):
     shards=st.integers(1, 200),
     batch=st.integers(1, 300),
     two_splits=st.booleans(),
+    sparse_entries_max=st.sampled_from([0, 40, placement._SPARSE_ENTRIES_MAX]),
 )
-def test_refined_placement_is_the_definition(sizes, buckets, shards, batch, two_splits):
+def test_refined_placement_is_the_definition(
+    sizes, buckets, shards, batch, two_splits, sparse_entries_max
+):
     """Whole buckets, whole fine buckets and sorted cut fine buckets together put every record
-    in shard floor(p·n / T), p its first byte's position in its split's order-key order."""
+    in shard floor(p·n / T), p its first byte's position in its split's order-key order.
+
+    Whether the fine totals are summed densely at once (0), after a few records (a mix of
+    sparse and dense accumulators), or stay sparse as in a small run."""
     split_of = (lambda i: ("train", "test")[i % 3 == 0]) if two_splits else (lambda i: "train")
     refs = _refs(sizes, buckets, split_of)
     batches = [ref_batch(refs[i : i + batch]) for i in range(0, len(refs), batch)]
     config = ShardingConfig(num_shards=shards)
-    assignment, layouts, in_cut, cut_groups, through = _place_as_the_pipeline_does(
-        batches, config, ("train", "test")
-    )
+    with mock.patch.object(placement, "_SPARSE_ENTRIES_MAX", sparse_entries_max):
+        assignment, layouts, in_cut, cut_groups, through = _place_as_the_pipeline_does(
+            batches, config, ("train", "test")
+        )
     assert len(assignment) == len(refs)
     for split, layout in layouts.items():
         ranked = sorted((r.order, r.size) for r in refs if r.split == split)
