@@ -10,10 +10,12 @@ import random
 import struct
 import subprocess
 import sys
+import uuid
 import zlib
 from collections.abc import Callable
 
 import pytest
+from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 from PIL import Image, ImageDraw
 
 RECORDFORGE = str(pathlib.Path(sys.executable).with_name("recordforge"))
@@ -178,3 +180,31 @@ def is_loopback(ip: str) -> bool:
     address = ipaddress.ip_address(ip.split("%")[0])
     mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1, a dual-stack socket
     return (mapped or address).is_loopback
+
+
+# --- Cloud Storage: an emulator on 127.0.0.1 (tests/gcs_emulator.py) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+    """The emulator, with this process (and so the CLI it starts) pointed at it; one per test
+    module (tests/test_gcs_reads.py puts a counting proxy in front of its own)."""
+    if not EMULATOR.exists():
+        pytest.fail(
+            f"gcp-storage-emulator is not installed next to {sys.executable}; {INSTALL_HINT}"
+        )
+    with (
+        running_emulator(tmp_path_factory.mktemp("gcs")) as emulator,
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        for key, value in emulator.env.items():
+            patch.setenv(key, value)
+        yield emulator
+
+
+@pytest.fixture
+def bucket(gcs):
+    """A fresh bucket in the emulator; its name."""
+    name = f"rf-{uuid.uuid4().hex[:12]}"
+    gcs.client().create_bucket(name)
+    return name

@@ -12,12 +12,10 @@ import pathlib
 import signal
 import subprocess
 import sys
-import uuid
 
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from conftest import BAD_FILES, make_image
-from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 
 from pipelines import iterate
 from pipelines.preflight import resolve_sources
@@ -26,30 +24,6 @@ from transforms.listing import list_files
 from transforms.write import publish
 
 OPTIONS = ("--name", "pets", "--splits", "train=0.7,validation=0.3", "--num-shards", "2")
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    """The emulator, with this process (and so the CLI it starts) pointed at it."""
-    if not EMULATOR.exists():
-        pytest.fail(
-            f"gcp-storage-emulator is not installed next to {sys.executable}; {INSTALL_HINT}"
-        )
-    with (
-        running_emulator(tmp_path_factory.mktemp("gcs")) as emulator,
-        pytest.MonkeyPatch.context() as patch,
-    ):
-        for key, value in emulator.env.items():
-            patch.setenv(key, value)
-        yield emulator
-
-
-@pytest.fixture
-def bucket(gcs):
-    """A fresh bucket in the emulator; its name."""
-    name = f"rf-{uuid.uuid4().hex[:12]}"
-    gcs.client().create_bucket(name)
-    return name
 
 
 def upload(gcs, local: pathlib.Path, bucket: str, prefix: str) -> None:

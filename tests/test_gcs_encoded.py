@@ -19,12 +19,9 @@ from __future__ import annotations
 import gzip
 import json
 import pathlib
-import sys
-import uuid
 
 import pytest
 from conftest import make_image
-from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 from test_gcs import local_files, upload
 
 from pipelines.dataset import open_dataset
@@ -39,29 +36,6 @@ OPTIONS = ("--name", "pets", "--num-shards", "1")
 IMAGE_TYPE, GZIP_TYPE = "image/jpeg", "application/gzip"
 ADVICE = "is stored with Content-Encoding: gzip"
 WHAT_TO_DO = "upload the file again without that option"
-
-
-@pytest.fixture(scope="module")
-def gcs(tmp_path_factory):
-    """The emulator, with this process (and so the CLI it starts) pointed at it."""
-    if not EMULATOR.exists():
-        pytest.fail(
-            f"gcp-storage-emulator is not installed next to {sys.executable}; {INSTALL_HINT}"
-        )
-    with (
-        running_emulator(tmp_path_factory.mktemp("gcs")) as emulator,
-        pytest.MonkeyPatch.context() as patch,
-    ):
-        for key, value in emulator.env.items():
-            patch.setenv(key, value)
-        yield emulator
-
-
-@pytest.fixture
-def bucket(gcs):
-    name = f"rf-{uuid.uuid4().hex[:12]}"
-    gcs.client().create_bucket(name)
-    return name
 
 
 def upload_encoded(gcs, bucket: str, name: str, data: bytes, content_type: str) -> str:
