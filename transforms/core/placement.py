@@ -27,7 +27,7 @@ from transforms.core.sharding import (
     NUM_BUCKETS,
     ShardingConfig,
     SplitLayout,
-    assign_fine_bucket,
+    assign_from,
     buckets_of,
     fine_buckets_of,
     layout_from_totals,
@@ -304,7 +304,8 @@ def place_cut_bucket(
     order."""
     ordered = ordered_batch(batches)
     sizes = ordered.column("size").to_pylist()
-    shards = np.array(assign_fine_bucket(layouts[split], fine_bucket, sizes), dtype=np.int64)
+    layout = layouts[split]
+    shards = np.array(assign_from(layout, layout.fine_start(fine_bucket), sizes), dtype=np.int64)
     lists: list = []
     for shard, positions in _int_groups(shards):
         yield (split, shard), take_piece(ordered, positions, lists)

@@ -380,20 +380,10 @@ def layout_from_totals(totals: np.ndarray, config: ShardingConfig) -> SplitLayou
     return SplitLayout(plan_shards(stats, config), ends - sizes, ends)
 
 
-def assign_bucket(layout: SplitLayout, bucket: int, sizes: Sequence[int]) -> list[int]:
-    """Shard indices for one bucket's records, given their sizes in order-key order."""
-    position = int(layout.bucket_starts[bucket])
-    shards = []
-    for size in sizes:
-        shards.append(layout.shard_of(position))
-        position += size
-    return shards
-
-
-def assign_fine_bucket(layout: SplitLayout, fine_bucket: int, sizes: Sequence[int]) -> list[int]:
-    """Shard indices for one fine bucket's records, given their sizes in order-key order; the
-    layout must be refined."""
-    position = layout.fine_start(fine_bucket)
+def assign_from(layout: SplitLayout, position: int, sizes: Sequence[int]) -> list[int]:
+    """Shard indices for records laid end to end from `position` (a bucket's or a fine
+    bucket's start), given their sizes in order-key order."""
+    position = int(position)
     shards = []
     for size in sizes:
         shards.append(layout.shard_of(position))
