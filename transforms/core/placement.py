@@ -151,8 +151,7 @@ class FineTotals:
         for split, dense in self._dense.items():
             fine = np.flatnonzero(dense)
             totals[split] = (fine, dense[fine])
-        for split in self._pieces:
-            totals[split] = self._collapsed(split)
+        totals.update(self.sparse_pieces())
         return totals
 
     def sparse_pieces(self) -> FineBytes:
