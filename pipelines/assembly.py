@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import apache_beam as beam
@@ -14,11 +15,20 @@ from recordforge.pipelines.runner import (
     uses_default_runner,
 )
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords, PlanDataset
+from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.examples import ExamplesConfig, ReadTFRecordFiles, WriteExamples
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: ConvertConfig):
     """Add the conversion to `pipeline`; returns the PCollection holding the manifest dict."""
     return pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(config)
+
+
+def build_reshard_pipeline(
+    pipeline: beam.Pipeline, config: ExamplesConfig, inputs: tuple[TFRecordInput, ...]
+):
+    """Add resharding `inputs` to `pipeline`; returns the PCollection holding the manifest."""
+    return pipeline | "Reshard" >> WriteExamples(config, ReadTFRecordFiles(config, inputs))
 
 
 def build_plan_pipeline(pipeline: beam.Pipeline, config: ConvertConfig, report_path: str):
@@ -41,5 +51,13 @@ def run_pipeline(
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline)
         result = pipeline.run()
-        if wait:
+        if not wait:
+            return
+        try:
             result.wait_until_finish()
+        except BaseException:
+            # Stopped (a signal) or failed: a runner that runs the job elsewhere (a job
+            # service, a Dask cluster) is told to stop it too.
+            with contextlib.suppress(Exception):
+                result.cancel()
+            raise
