@@ -82,7 +82,7 @@ class RecordStream:
         self._pending = bytearray()  # read and scanned, not returned yet
         self._returned = 0  # bytes returned so far
         self._added = 0  # the final newline added, if one was
-        self._header_fields = 0  # fields in the file's first record
+        self._header_fields: int | None = None  # fields in the file's first record
         self._aligned = True  # the next read starts where a record starts
         self._eof = False
         self.failure: CsvReadFailure | None = None
@@ -158,20 +158,28 @@ class RecordStream:
         data = bytes(self._pending[:end])
         del self._pending[:end]
         start, self._returned = self._returned, self._returned + end
-        if start == 0:
-            self._header_fields = header_fields(data, self.scanner.delimiter)
-        if self._aligned and end == whole and not data.isascii():
-            data = self._decodable_for_pyarrow(data, start)
-        self._aligned = end == whole  # pyarrow asks for more than a read returns: always
+        aligned, self._aligned = self._aligned, end == whole  # pyarrow asks for more: always
+        header = False
+        if self._header_fields is None and aligned:  # the header is in the first record read
+            self._header_fields = (
+                header_fields(data, self.scanner.delimiter, file_start=start == 0) or None
+            )
+            header = self._header_fields is not None
+        if aligned and end == whole and self._header_fields and not data.isascii():
+            data = self._decodable_for_pyarrow(data, start, header)
         return data
 
-    def _decodable_for_pyarrow(self, data: bytes, start: int) -> bytes:
+    def _decodable_for_pyarrow(self, data: bytes, start: int, header: bool) -> bytes:
         try:
             data.decode("utf-8")
         except UnicodeDecodeError:
-            delimiter = self.scanner.delimiter
-            fields = self._header_fields
-            return undecodable_rows_mended(data, delimiter, fields, file_start=start == 0)
+            return undecodable_rows_mended(
+                data,
+                self.scanner.delimiter,
+                self._header_fields or 0,
+                file_start=start == 0,
+                header=header,
+            )
         return data
 
     def _fill(self) -> None:

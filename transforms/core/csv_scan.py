@@ -312,18 +312,20 @@ def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarra
     return np.column_stack((starts, ends, fields[: len(ends)]))
 
 
-def header_fields(data: bytes, delimiter: str) -> int:
-    """The number of fields in the header, the first record of `data` (a file's start); 0 when
-    `data` holds no whole record."""
+def header_fields(data: bytes, delimiter: str, *, file_start: bool) -> int:
+    """The number of fields in the first record of `data` (see record_fields); 0 when `data`
+    holds no whole record (only empty lines)."""
     size = 4096
     while True:
-        records = record_fields(data[:size], delimiter, file_start=True)
+        records = record_fields(data[:size], delimiter, file_start=file_start)
         if len(records) or size >= len(data):
             return int(records[0, 2]) if len(records) else 0
         size *= 4
 
 
-def undecodable_rows_mended(data: bytes, delimiter: str, fields: int, *, file_start: bool) -> bytes:
+def undecodable_rows_mended(
+    data: bytes, delimiter: str, fields: int, *, file_start: bool, header: bool
+) -> bytes:
     """`data` (whole records, see record_fields) with the records that hold bytes that are not
     UTF-8 and a number of fields other than `fields` made UTF-8: each undecodable byte
     sequence becomes U+FFFD. Delimiters, quotes and line breaks are ASCII and stay where they
@@ -335,8 +337,8 @@ def undecodable_rows_mended(data: bytes, delimiter: str, fields: int, *, file_st
     """
     pieces, kept = [], 0
     records = record_fields(data, delimiter, file_start=file_start)
-    if file_start:
-        records = records[1:]  # the header: what the rows are held to
+    if header:
+        records = records[1:]  # `data` starts with the header: what the rows are held to
     for start, end in records[records[:, 2] != fields, :2].tolist():
         record = data[start:end]
         if record.isascii():
