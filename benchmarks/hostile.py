@@ -85,7 +85,9 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(out)
 
 
-def fuzz_images(count: int, seed: int = 0) -> dict:
+def fuzz_images(count: int, seed: int = 0, keep: str | None = None) -> dict:
+    """Counts what happens to `count` mutated images (and every cut of the seeds); `keep`: a
+    folder where the inputs accepted wrongly are written, to look at or make tests of."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
 
@@ -95,7 +97,7 @@ def fuzz_images(count: int, seed: int = 0) -> dict:
     by_format: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     cut_inputs = [(fmt, data[:cut]) for fmt, data in seeds for cut in range(len(data) + 1)]
     mutants = ((fmt, mutate(data, rng)) for fmt, data in (rng.choice(seeds) for _ in range(count)))
-    for fmt, data in [*cut_inputs, *mutants]:
+    for number, (fmt, data) in enumerate([*cut_inputs, *mutants]):
         counts["tried"] += 1
         try:
             facts = probe_image_bytes(data)
@@ -113,14 +115,25 @@ def fuzz_images(count: int, seed: int = 0) -> dict:
             shape = tuple(tf.io.decode_image(data, expand_animations=False).shape)
         except tf.errors.InvalidArgumentError:
             counts["accepted_but_tensorflow_fails"] += 1
+            _keep(keep, f"tf_{number}.{fmt}", data)
             continue
         if shape != (facts.height, facts.width, facts.channels):
             counts["accepted_with_other_facts"] += 1
+            _keep(keep, f"facts_{number}.{fmt}", data)
+    keys = ("tried", "refused", "accepted", "crashes", "accepted_but_tensorflow_fails")
+    keys += ("accepted_with_other_facts",)
     return {
-        "inputs": dict(counts),
+        "inputs": {key: counts[key] for key in keys},  # every count, 0 included
         "cut_at_every_offset": len(cut_inputs),
         "by_format": {fmt: dict(c) for fmt, c in sorted(by_format.items())},
     }
+
+
+def _keep(folder: str | None, name: str, data: bytes) -> None:
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
 
 
 _CSV_SCHEMA = CsvSchema(
@@ -179,7 +192,9 @@ def fuzz_csv(count: int, seed: int = 0) -> dict:
         counts["row_errors"] += sum(1 for item in items if hasattr(item, "error"))
         if not isinstance(end, CsvEnd) or end.rows != len(items):
             counts["rows_lost"] += 1
-    return {"inputs": dict(counts), "cut_at_every_offset": len(_CSV) + 1}
+    keys = ("tried", "file_refused", "read_to_the_end", "stopped", "crashes", "disagreements")
+    keys += ("rows", "row_errors", "rows_lost")
+    return {"inputs": {key: counts[key] for key in keys}, "cut_at_every_offset": len(_CSV) + 1}
 
 
 def cost(data_dir: str, passes: int = 5) -> dict:
@@ -225,12 +240,13 @@ def main(argv=None) -> int:
     fuzz.add_argument("--images", type=int, default=20_000)
     fuzz.add_argument("--csv", type=int, default=20_000)
     fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--keep", help="a folder for the images accepted wrongly")
     timing = commands.add_parser("cost")
     timing.add_argument("--data-dir", default="benchmarks/data")
     args = parser.parse_args(argv)
     if args.command == "fuzz":
         report = {
-            "images": fuzz_images(args.images, args.seed),
+            "images": fuzz_images(args.images, args.seed, args.keep),
             "csv": fuzz_csv(args.csv, args.seed),
         }
     else:

@@ -46,12 +46,13 @@ SCHEMA = CsvSchema(
         ColumnSpec("tags", "tags", "int64", is_list=True),
     )
 )
-VALID_CSV = b"id,x,name,tags\n" + b"".join(
+VALID_ROWS = [
     b'%d,%d.5,"name, %d\n""quoted""",1;%d\n' % (i, i, i, i)
     if i % 3 == 0
     else b"%d,%d,n%d,\n" % (i, i, i)
     for i in range(1, 40)
-)
+]
+VALID_CSV = b"id,x,name,tags\n" + b"".join(VALID_ROWS)
 _CSV_ALPHABET = [b'"', b",", b"\n", b"\r", b";", b"\x00", b"\xff", b"a", b"1", b"\xef\xbb\xbf"]
 
 
@@ -79,20 +80,49 @@ _RANDOM_CSV = st.lists(
 ).map(b"".join)
 
 
-def _read_csv(data: bytes) -> str:
+# A row with the wrong number of fields is an error of its own: it never refuses or stops the
+# file (pyarrow did so when the row was not UTF-8).
+_PYARROW_STOPS = ("columns, got", "pyarrow's reader cannot skip")
+
+
+def _read_csv(data: bytes, items_out: list | None = None) -> str:
     """How reading `data` ends: "rows" (read to its end), "file" (one error for the file),
     or "stopped" (it cannot be read to its end). Any other exception fails the test."""
     try:
         *items, end = read_csv_rows(io.BytesIO(data), SCHEMA, source_name="f.csv", block_size=64)
-    except InputError:
+    except InputError as error:
+        assert not any(stop in str(error) for stop in _PYARROW_STOPS), error
         return "file"
     except CsvReadFailure as failure:
         # The scanner and pyarrow must never disagree on how many rows there are.
         assert "where the file holds" not in failure.reason, failure.reason
+        assert not any(stop in failure.reason for stop in _PYARROW_STOPS), failure.reason
         return "stopped"
     assert isinstance(end, CsvEnd) and end.rows == len(items)
     assert [item.row for item in items] == list(range(1, len(items) + 1))
+    if items_out is not None:
+        items_out.extend(items)
     return "rows"
+
+
+# Bytes that are not UTF-8 (alone, or a sequence cut short), text, and a quoted field.
+_UNDECODABLE_FIELDS = [b"\xff", b"\xe9t\xe9", b"\xc3", b"\xe2\x82", b"a", b"7", b'"\xfe,\n"']
+
+
+@st.composite
+def csv_with_undecodable_rows(draw) -> tuple[bytes, list[int]]:
+    """VALID_CSV with rows inserted that have the wrong number of fields and bytes that are not
+    UTF-8; returns the file and the rows they are (1-based)."""
+    rows = list(VALID_ROWS)
+    bad_rows = []
+    for _ in range(draw(st.integers(1, 4))):
+        count = draw(st.sampled_from([1, 2, 3, 5, 6]))  # the schema has 4
+        fields = [draw(st.sampled_from(_UNDECODABLE_FIELDS)) for _ in range(count)]
+        fields[0] = b"\xff"  # one at least
+        at = draw(st.integers(0, len(rows)))
+        rows.insert(at, b",".join(fields) + draw(st.sampled_from([b"\n", b"\r\n"])))
+        bad_rows = [row + (row > at) for row in bad_rows] + [at + 1]
+    return b"id,x,name,tags\n" + b"".join(rows), sorted(bad_rows)
 
 
 @QUICK
@@ -107,6 +137,17 @@ def test_csv_bytes_of_random_structure_are_read_or_refused_with_their_reason(dat
     _read_csv(data)
 
 
+@QUICK
+@given(csv_with_undecodable_rows())
+def test_rows_with_the_wrong_field_count_and_bytes_not_utf8_are_errors_of_their_own(case):
+    data, bad_rows = case
+    items: list = []
+    assert _read_csv(data, items) == "rows"
+    assert len(items) == len(VALID_ROWS) + len(bad_rows)
+    errors = [(item.row, item.error.kind) for item in items if hasattr(item, "error")]
+    assert errors == [(row, "WrongFieldCount") for row in bad_rows]
+
+
 def test_a_csv_cut_at_every_offset_is_read_or_refused_with_its_reason():
     outcomes = {_read_csv(VALID_CSV[:cut]) for cut in range(len(VALID_CSV) + 1)}
     assert outcomes == {"rows", "file", "stopped"}  # cut in a quote: stopped, naming it
@@ -114,7 +155,7 @@ def test_a_csv_cut_at_every_offset_is_read_or_refused_with_its_reason():
 
 @pytest.mark.slow
 @LONG
-@given(st.one_of(mutated_csv(), _RANDOM_CSV))
+@given(st.one_of(mutated_csv(), _RANDOM_CSV, csv_with_undecodable_rows().map(lambda c: c[0])))
 def test_many_csv_files(data):
     _read_csv(data)
 

@@ -19,9 +19,11 @@ from conftest import read_errors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
 from recordforge.transforms.core.consumed import CsvLedger, CsvReceipt
 from recordforge.transforms.core.csv_io import CsvReadFailure, RecordStream
-from recordforge.transforms.core.csv_scan import CsvScanner
+from recordforge.transforms.core.csv_rows import CsvEnd, ParsedRow, RowError, read_csv_rows
+from recordforge.transforms.core.csv_scan import CsvScanner, record_fields
 
 
 def _manifest(out):
@@ -291,3 +293,96 @@ def test_the_ledger_names_every_file_that_does_not_add_up():
         "e.csv was read but never listed",
         "g.csv was not read to its end (25 of its 30 bytes)",
     ]
+
+
+# --- rows with the wrong number of fields whose bytes are not UTF-8 ----------------------------
+# pyarrow hands such a row to the reader's handler as text, decoded strictly: it printed an
+# "Exception ignored ... UnicodeDecodeError" traceback and refused the file (in the first block)
+# or stopped it (later on) instead.
+
+
+def _convert_one(tmp_path, cli, data: bytes):
+    (tmp_path / "t.csv").write_bytes(data)
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "t.csv", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    return out, [(e["source"]["row"], e["error"]) for e in read_errors(out)]
+
+
+def test_an_undecodable_row_with_too_many_fields_after_the_header_is_an_error_of_its_row(
+    tmp_path, cli
+):
+    out, errors = _convert_one(tmp_path, cli, b"a,b\n1,2\n\xff\xfe,3,4\n5,6\n")
+    assert errors == [(2, "WrongFieldCount")]
+    assert _manifest(out)["num_records"] == 2
+
+
+def test_an_undecodable_row_with_too_few_fields_mid_file_is_an_error_of_its_row(tmp_path, cli):
+    rows = [b"%d,r\xe9sum\xe9 %d" % (i, i) for i in range(1, 60_001)]  # Latin-1, 2 fields
+    rows[44_999] = b"caf\xe9 \xff"  # row 45,000, past the first block: one field
+    out, errors = _convert_one(tmp_path, cli, b"a,b\n" + b"\n".join(rows) + b"\n")
+    assert errors == [(45_000, "WrongFieldCount")]
+    manifest = _manifest(out)
+    assert manifest["num_inputs"] == 60_000 and manifest["num_records"] == 59_999
+
+
+def test_undecodable_rows_keep_their_bytes_and_only_wrong_ones_are_mended():
+    schema = CsvSchema((ColumnSpec("a", "a", "bytes"), ColumnSpec("b", "b", "bytes")))
+    data = b'a,b\n\xe9,"x\xff\ny"\n"\xff,\xfe",1,2\r\n\n\xc3(,3\n'
+    *items, end = read_csv_rows(io.BytesIO(data), schema, source_name="t.csv")
+    assert isinstance(end, CsvEnd) and end.rows == 3
+    first, bad, last = items
+    assert isinstance(bad, RowError) and bad.row == 2 and bad.error.kind == "WrongFieldCount"
+    assert "\ufffd" in bad.error.message  # the row's undecodable bytes, shown replaced
+    assert isinstance(first, ParsedRow) and first.values == {"a": (b"\xe9",), "b": (b"x\xff\ny",)}
+    assert isinstance(last, ParsedRow) and last.values == {"a": (b"\xc3(",), "b": (b"3",)}
+
+
+def test_an_undecodable_header_is_still_refused_with_one_line(tmp_path, cli):
+    (tmp_path / "t.csv").write_bytes(b"a,\xff\n1,2,3\n4,5\n")
+    result = cli("convert", tmp_path / "t.csv", "-o", tmp_path / "out")
+    assert result.returncode == 2, result.stderr
+    assert "header row is not UTF-8 text" in result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+
+
+_FIELDS_BYTES = st.lists(
+    st.sampled_from([b"a", b",", b'"', b"\n", b"\r", b"\xff", b"\xe9", b"\xef\xbb\xbf", b"b,"])
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=_FIELDS_BYTES)
+def test_the_fields_of_every_record_are_those_pyarrow_counts(pieces):
+    data = b"".join(pieces)
+    if not data.endswith((b"\n", b"\r")):
+        data += b"\n"
+    scanner = CsvScanner()
+    scanner.feed(data)
+    scanner.finish()
+    if scanner.open_quote:
+        return  # a quote never closed: the reader stops before this
+    counts = []
+
+    def note(row):
+        counts.append((row.number, row.actual_columns))
+        return "skip"
+
+    # The handler needs text: the same layout, each byte made a character (a BOM kept).
+    bom = b"\xef\xbb\xbf" if data.startswith(b"\xef\xbb\xbf") else b""
+    text = bom + data[len(bom) :].decode("latin-1").encode("utf-8")
+    try:
+        table = pa_csv.read_csv(
+            pa.BufferReader(text),
+            read_options=pa_csv.ReadOptions(
+                use_threads=False, block_size=len(text) + 1, autogenerate_column_names=True
+            ),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True, invalid_row_handler=note),
+        )
+    except pa.ArrowInvalid:
+        return  # no record at all
+    fields = [int(f) for f in record_fields(data, ",", file_start=True)[:, 2]]
+    assert len(fields) == table.num_rows + len(counts)
+    assert all(fields[number - 1] == got for number, got in counts)
+    assert fields.count(table.num_columns) == table.num_rows

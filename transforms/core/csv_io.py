@@ -11,7 +11,7 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 
-from recordforge.transforms.core.csv_scan import CsvScanner
+from recordforge.transforms.core.csv_scan import CsvScanner, header_fields, undecodable_rows_mended
 from recordforge.transforms.core.errors import InputError, without_file_bytes
 
 _MESSAGE_LIMIT = 200
@@ -54,7 +54,10 @@ class RecordStream:
     `max_record_bytes`). pyarrow makes each read one block, and so never meets a record that
     straddles its blocks: rows of any size up to the limit are read, with no second pass.
     pyarrow reads a final data line without a newline, but not a header without one, so a
-    missing final newline is added.
+    missing final newline is added. pyarrow stops the whole file at a row with the wrong number
+    of fields whose bytes are not UTF-8 (it cannot hand it to the handler as text): such rows
+    are handed out with those bytes replaced (csv_scan.undecodable_rows_mended), and so reach
+    the handler, as the other rows with the wrong number of fields do.
 
     A read that fails (the stream raises, a record is too long, the file ends inside a quoted
     field) raises CsvReadFailure, which pyarrow hands back unchanged, and is kept in `failure`.
@@ -79,6 +82,8 @@ class RecordStream:
         self._pending = bytearray()  # read and scanned, not returned yet
         self._returned = 0  # bytes returned so far
         self._added = 0  # the final newline added, if one was
+        self._header_fields: int | None = None  # fields in the file's first record
+        self._aligned = True  # the next read starts where a record starts
         self._eof = False
         self.failure: CsvReadFailure | None = None
         self._state = threading.Condition()
@@ -148,10 +153,33 @@ class RecordStream:
                 break
             self._fill()
         end = len(self._pending) if self._eof else self.scanner.boundary - self._returned
+        whole = end
         end = min(end, size)
         data = bytes(self._pending[:end])
         del self._pending[:end]
-        self._returned += end
+        start, self._returned = self._returned, self._returned + end
+        aligned, self._aligned = self._aligned, end == whole  # pyarrow asks for more: always
+        header = False
+        if self._header_fields is None and aligned:  # the header is in the first record read
+            self._header_fields = (
+                header_fields(data, self.scanner.delimiter, file_start=start == 0) or None
+            )
+            header = self._header_fields is not None
+        if aligned and end == whole and self._header_fields and not data.isascii():
+            data = self._decodable_for_pyarrow(data, start, header)
+        return data
+
+    def _decodable_for_pyarrow(self, data: bytes, start: int, header: bool) -> bytes:
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return undecodable_rows_mended(
+                data,
+                self.scanner.delimiter,
+                self._header_fields or 0,
+                file_start=start == 0,
+                header=header,
+            )
         return data
 
     def _fill(self) -> None:

@@ -249,9 +249,13 @@ class _LooseRows:
 
     def _refresh(self) -> dict[int, LooseQuote]:
         # The scanner runs ahead of the batches (it scans what pyarrow reads): a row's loose
-        # quote is known before the row's batch.
+        # quote is known before the row's batch. A quote still without its row (-1) is being
+        # scanned on pyarrow's IO thread, which gives it its row before pyarrow sees its bytes:
+        # it and those after it are taken later (taken now, it was lost, depending on timing).
         while self._seen < len(self._found):
             quote = self._found[self._seen]
+            if quote.row < 0:
+                break
             self._rows[quote.row] = quote
             self._seen += 1
         return self._rows

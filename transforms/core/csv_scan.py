@@ -48,6 +48,7 @@ class CsvScanner:
     """Scans a CSV file's bytes, fed in order, in any pieces (see the module docstring).
 
     Attributes:
+        delimiter: the field delimiter.
         offset: bytes scanned so far.
         records: complete records so far, the header included (empty lines are not records).
         boundary: the offset just past the last line end outside quotes: the data before it
@@ -56,6 +57,7 @@ class CsvScanner:
     """
 
     def __init__(self, delimiter: str = ",") -> None:
+        self.delimiter = delimiter
         self._delimiter = ord(delimiter)
         self.offset = 0
         self.records = 0
@@ -275,3 +277,78 @@ class CsvScanner:
 
 def _line_breaks(data: bytes, start: int, end: int) -> int:
     return data.count(b"\n", start, end) or data.count(b"\r", start, end)
+
+
+def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarray:
+    """The records of `data`, as pyarrow parses them: an array of (start, end, fields) rows,
+    `end` the offset of the record's line break, `fields` how many fields it holds.
+
+    `data` holds whole records, from a record's start: the file's start (`file_start`, where a
+    byte order mark is skipped) or just after a line break. Only files that hold bytes that are
+    not UTF-8 need it (see undecodable_rows_mended), so it favours brevity over speed.
+    """
+    scanner = CsvScanner(delimiter)
+    scanner._bom_end = len(_BOM) if file_start and data.startswith(_BOM) else 0
+    scanner._previous = _START if file_start else _LF
+    arr = np.frombuffer(data, dtype=np.uint8)
+    spans = scanner._quote_spans(data, arr, 0, True) if b'"' in data else np.zeros(0, np.int64)
+
+    def outside_quotes(positions: np.ndarray) -> np.ndarray:
+        return positions[np.searchsorted(spans, positions, side="right") % 2 == 0]
+
+    breaks = outside_quotes(np.flatnonzero((arr == _LF) | (arr == _CR)))
+    before = np.where(breaks > 0, arr[np.maximum(breaks - 1, 0)].astype(np.int16), _LF)
+    if file_start:
+        before = np.where(breaks == scanner._bom_end, _START, before)
+    lf_after_cr = (arr[breaks] == _LF) & (before == _CR)  # \r\n is one break, at the \r
+    starts = np.concatenate(([scanner._bom_end], breaks + 1))[:-1]  # each line's first byte
+    keep = ~lf_after_cr
+    breaks, before, starts = breaks[keep], before[keep], starts[keep]
+    is_record = ~np.isin(before, (_LF, _CR, _START))  # an empty line is no record
+    starts, ends = starts[is_record], breaks[is_record]
+    delimiters = outside_quotes(np.flatnonzero(arr == scanner._delimiter))
+    owners = np.searchsorted(ends, delimiters)
+    fields = 1 + np.bincount(owners[owners < len(ends)], minlength=len(ends))
+    return np.column_stack((starts, ends, fields[: len(ends)]))
+
+
+def header_fields(data: bytes, delimiter: str, *, file_start: bool) -> int:
+    """The number of fields in the first record of `data` (see record_fields); 0 when `data`
+    holds no whole record (only empty lines)."""
+    size = 4096
+    while True:
+        records = record_fields(data[:size], delimiter, file_start=file_start)
+        if len(records) or size >= len(data):
+            return int(records[0, 2]) if len(records) else 0
+        size *= 4
+
+
+def undecodable_rows_mended(
+    data: bytes, delimiter: str, fields: int, *, file_start: bool, header: bool
+) -> bytes:
+    """`data` (whole records, see record_fields) with the records that hold bytes that are not
+    UTF-8 and a number of fields other than `fields` made UTF-8: each undecodable byte
+    sequence becomes U+FFFD. Delimiters, quotes and line breaks are ASCII and stay where they
+    are, so the record keeps its (wrong) number of fields; every other record keeps its bytes.
+
+    Why: pyarrow hands a row with the wrong number of fields to the reader's handler as text,
+    decoded strictly; when that fails it stops the whole file (pyarrow's _csv.pyx,
+    _handle_invalid_row) instead of calling the handler.
+    """
+    pieces, kept = [], 0
+    records = record_fields(data, delimiter, file_start=file_start)
+    if header:
+        records = records[1:]  # `data` starts with the header: what the rows are held to
+    for start, end in records[records[:, 2] != fields, :2].tolist():
+        record = data[start:end]
+        if record.isascii():
+            continue
+        try:
+            record.decode("utf-8")
+        except UnicodeDecodeError:
+            pieces += (data[kept:start], record.decode("utf-8", "replace").encode("utf-8"))
+            kept = end
+    if not pieces:
+        return data
+    pieces.append(data[kept:])
+    return b"".join(pieces)

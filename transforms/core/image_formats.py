@@ -332,16 +332,38 @@ def check_gif_blocks(data: bytes, max_pixels: int) -> None:
 
 
 def gif_image_extents(data: bytes) -> typing.Iterator[tuple[int, int]]:
-    """Walks a GIF's blocks, yielding each image's right and bottom edge.
+    """Walks a GIF's blocks (see gif_frames), yielding each image's right and bottom edge."""
+    for left, top, width, height in gif_frames(data):
+        yield left + width, top + height
+
+
+def gif_decoded_size(data: bytes) -> tuple[int, int]:
+    """The (width, height) TensorFlow decodes a whole GIF to: the widest and the tallest of its
+    frames, wherever they lie and whatever its logical screen says (gif_io.cc sizes its output
+    so; a frame placed off that canvas is clipped).
+
+    Raises:
+        EOFError, SyntaxError: as gif_frames.
+    """
+    width = height = 0
+    for _, _, frame_width, frame_height in gif_frames(data):
+        width, height = max(width, frame_width), max(height, frame_height)
+    if not width:
+        raise SyntaxError("the GIF file holds no image")
+    return width, height
+
+
+def gif_frames(data: bytes) -> typing.Iterator[tuple[int, int, int, int]]:
+    """Walks a GIF's blocks, yielding each image's left, top, width and height.
 
     Pillow decodes a GIF whose last data block is cut short; TensorFlow (giflib) rejects it, so
-    this walk does too. Like TensorFlow, it accepts a file that ends (or turns into unknown bytes)
-    after a complete image but before the trailer: that is data appended to, not missing from,
-    the image.
+    this walk does too. Like TensorFlow, it accepts a file that ends (or turns into unknown
+    bytes, or an image of no width or height, which giflib stops at) after a complete image but
+    before the trailer: that is data appended to, not missing from, the image.
 
     Raises:
         EOFError: the data ends inside a block.
-        SyntaxError: an unknown block comes before the first image.
+        SyntaxError: an unknown block, or an empty image, comes before the first image.
     """
     offset = 13 + _gif_colour_table_size(data[10])
     seen_image = False
@@ -355,7 +377,12 @@ def gif_image_extents(data: bytes) -> typing.Iterator[tuple[int, int]]:
             if offset + 10 > len(data):
                 raise EOFError("the file ends inside a GIF image descriptor")
             left, top, width, height, flags = struct.unpack_from("<4HB", data, offset + 1)
-            yield left + width, top + height
+            if not width or not height:
+                # giflib stops at an empty image: TensorFlow decodes the frames before it.
+                if seen_image:
+                    return
+                raise SyntaxError(f"its first image is {width}x{height} pixels")
+            yield left, top, width, height
             seen_image = True
             offset = _skip_gif_sub_blocks(data, offset + 11 + _gif_colour_table_size(flags))
         elif seen_image:

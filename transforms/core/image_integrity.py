@@ -10,8 +10,9 @@ read, without decoding pixels:
   stream that ends early).
 - JPEG: the marker segments up to the end of image (EOI), their lengths inside the file, and
   the entropy-coded data of every scan free of markers that cannot occur there (a 0xFF byte is
-  followed by a stuffed 0x00, a restart marker, or the next segment's marker, which must be a
-  valid one). The 0xFF bytes are found with numpy in one pass over the file.
+  followed by a stuffed 0x00, a restart marker, or the next segment's marker, which must be one
+  libjpeg knows), and every header segment as libjpeg checks it (jpeg_segments). The 0xFF bytes
+  are found with numpy in one pass over the file.
 - GIF: every block and data sub-block complete (as for the probe's frames).
 - WebP: the RIFF chunks fill the file exactly and hold one bitstream chunk.
 - BMP: the pixel array the header declares fits in the file.
@@ -176,6 +177,11 @@ def _chunk_name(kind: bytes) -> str:
 
 _STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})  # TEM, RST0-7: no length
 _SOS, _EOI, _SOI = 0xDA, 0xD9, 0xD8
+# Markers libjpeg reads after SOI (jdmarker.c, read_markers); any other stops it with "Unsupported
+# marker type": the reserved ones (0x02-0xBF), DHP and EXP (0xDE, 0xDF) and JPG0-13 (0xF0-0xFD).
+_KNOWN_MARKERS = frozenset(
+    {0x01, *range(0xC0, 0xD8), _EOI, _SOS, 0xDB, 0xDC, 0xDD, *range(0xE0, 0xF0), 0xFE}
+)
 
 
 def _check_jpeg(data: bytes) -> None:
@@ -200,7 +206,7 @@ def _check_jpeg(data: bytes) -> None:
             return  # data after the end of the image (as camera "motion photos" add) is not it
         if marker in _STANDALONE:
             continue
-        if marker == 0x00 or marker == _SOI or 0x02 <= marker <= 0xBF:
+        if marker not in _KNOWN_MARKERS:
             raise _corrupt("jpeg", f"an invalid marker 0xFF{marker:02X} at byte {offset - 2:,}")
         if offset + 2 > size:
             raise _truncated("jpeg", "it ends inside a segment header")

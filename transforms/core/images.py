@@ -102,8 +102,9 @@ def probe_image(
     """Identifies an image from its header and checks that it is complete.
 
     The normal path reads the first 16 KiB (64 KiB, or more, when the header runs past them)
-    and the last few bytes. Files whose end does not look
-    like a complete image (truncated, or with data appended) are decoded in full to decide.
+    and the last few bytes; a GIF is read whole (its size is that of its largest frames). Files
+    whose end does not look like a complete image (truncated, or with data appended) are
+    decoded in full to decide.
 
     Args:
         stream: a seekable binary file object positioned at 0 (a local file or a cloud-storage
@@ -259,10 +260,16 @@ def _header_facts(source: Source, fmt: str, max_pixels: int) -> ImageFacts:
     if fmt == "webp":
         return ImageFacts(fmt, *image_formats.webp_facts(source))
     if fmt == "gif":
-        source.extend_head(_HEAD_BYTES)  # the first frame's size may lie past the first read
+        # TensorFlow's size for a GIF is that of its widest and tallest frames (not the logical
+        # screen, nor the first frame: see image_formats.gif_decoded_size), which only a walk of
+        # every block finds: a GIF is read whole.
+        source.extend_head(source.size)
         image_formats.check_gif_first_frame(source.head, max_pixels)
     image = _open_header(source, fmt)
     width, height = image.size
+    if fmt == "gif":
+        width, height = image_formats.gif_decoded_size(source.head)
+        image_formats.check_pixel_count(width, height, max_pixels)
     return ImageFacts(fmt, width, height, image_formats.channels(fmt, image, source.head))
 
 

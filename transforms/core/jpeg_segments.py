@@ -3,7 +3,9 @@
 TensorFlow decodes JPEGs with libjpeg-turbo, which stops with an error (and TensorFlow with
 it) on a header segment it cannot use: a Huffman table whose codes do not fit their lengths, a
 scan naming a component or table that does not exist, sampling factors or scan parameters out
-of range, a segment whose length does not match its content. Damage inside the entropy-coded
+of range (or sampling factors its upsampler cannot scale by a whole number, or more than ten
+blocks in a scan's unit), arithmetic-coding conditioning values out of range, a marker it does
+not know, a segment whose length does not match its content. Damage inside the entropy-coded
 data only makes it warn (the pixels are wrong, the decode succeeds). So these checks, from
 libjpeg-turbo's jdmarker.c, jdhuff.c, jdphuff.c and jdinput.c, are what stands between a
 structurally intact but damaged JPEG and a training run that crashes on it; they read a few
@@ -20,9 +22,12 @@ from recordforge.transforms.core.errors import InputError
 # SOF markers libjpeg-turbo decodes: baseline, extended and progressive Huffman, and
 # sequential and progressive arithmetic coding. Lossless and hierarchical ones it refuses.
 DECODABLE_FRAMES = {0xC0: False, 0xC1: False, 0xC2: True, 0xC9: False, 0xCA: True}
-UNDECODABLE_FRAMES = frozenset({0xC3, 0xC5, 0xC6, 0xC7, 0xCB, 0xCD, 0xCE, 0xCF})
+# 0xC8 (JPG) is reserved, and refused with the unsupported frame types.
+UNDECODABLE_FRAMES = frozenset({0xC3, 0xC5, 0xC6, 0xC7, 0xC8, 0xCB, 0xCD, 0xCE, 0xCF})
 _MAX_DIMENSION = 65500
 _TABLES = 4
+_ARITHMETIC_TABLES = 16
+_MAX_BLOCKS_IN_MCU = 10  # libjpeg's D_MAX_BLOCKS_IN_MCU
 
 
 @dataclass
@@ -30,6 +35,7 @@ class JpegHeader:
     """What the segments before a scan have declared so far."""
 
     frame: dict[int, int] = field(default_factory=dict)  # component id -> quantization table
+    sampling: dict[int, tuple[int, int]] = field(default_factory=dict)  # id -> (h, v)
     progressive: bool = False
     arithmetic: bool = False
     quantization: set[int] = field(default_factory=set)
@@ -45,6 +51,8 @@ class JpegHeader:
             self._huffman_tables(body, offset)
         elif marker == 0xDB:
             self._quantization_tables(body, offset)
+        elif marker == 0xCC:
+            _arithmetic_conditioning(body, offset)
         elif marker == 0xDA:
             self._scan(body, offset)
         elif marker == 0xDD and len(body) != 2:
@@ -74,6 +82,13 @@ class JpegHeader:
             if table >= _TABLES:
                 raise _bad(f"a component uses quantization table {table}, beyond 0-3")
             self.frame[identifier] = table
+            self.sampling[identifier] = (sampling >> 4, sampling & 15)
+        # libjpeg's upsampler scales each component by a whole factor or not at all
+        # (jdsample.c, "Fractional sampling not implemented yet").
+        widest = max(h for h, _ in self.sampling.values())
+        tallest = max(v for _, v in self.sampling.values())
+        if any(widest % h or tallest % v for h, v in self.sampling.values()):
+            raise _bad("its components' sampling factors are not whole multiples of each other")
         self.progressive = DECODABLE_FRAMES[marker]
         self.arithmetic = marker >= 0xC9
 
@@ -126,10 +141,12 @@ class JpegHeader:
             if self.frame[identifier] not in self.quantization:
                 raise _bad(f"quantization table {self.frame[identifier]} is used, not defined")
             dc, ac = tables >> 4, tables & 15
-            if dc >= _TABLES or ac >= _TABLES:
-                raise _bad(f"its scan at byte {offset:,} uses Huffman table {max(dc, ac)}")
-            if not self.arithmetic:
+            if not self.arithmetic:  # arithmetic coding has 16 tables, each with defaults
+                if dc >= _TABLES or ac >= _TABLES:
+                    raise _bad(f"its scan at byte {offset:,} uses Huffman table {max(dc, ac)}")
                 self._check_huffman_tables_used(dc, ac, start, high)
+        if count > 1 and sum(h * v for h, v in map(self.sampling.get, seen)) > _MAX_BLOCKS_IN_MCU:
+            raise _bad(f"its scan at byte {offset:,} has more than 10 blocks in a unit")
         if not self.progressive:
             if (start, end, high, low) != (0, 63, 0, 0):
                 raise _bad("a sequential scan has progressive parameters")
@@ -168,6 +185,20 @@ def huffman_segment(body: bytes) -> tuple[tuple[int, int], ...] | str:
         position += 17 + total
         tables.append((kind, index))
     return tuple(tables)
+
+
+def _arithmetic_conditioning(body: bytes, offset: int) -> None:
+    """A DAC segment: pairs of (table, value); libjpeg reads it even in a Huffman-coded file and
+    stops on a table beyond 0-31 or a DC table's lower bound above its upper one."""
+    where = f"its arithmetic conditioning segment at byte {offset:,}"
+    if len(body) % 2:
+        raise _bad(f"{where} has the wrong length")
+    for position in range(0, len(body), 2):
+        table, value = body[position], body[position + 1]
+        if table >= 2 * _ARITHMETIC_TABLES:
+            raise _bad(f"{where} names table {table}")
+        if table < _ARITHMETIC_TABLES and value & 15 > value >> 4:
+            raise _bad(f"{where} has a bad value")
 
 
 def _codes_fit(counts: bytes) -> bool:
