@@ -8,31 +8,19 @@ import json
 import logging
 import os
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
+from recordforge.pipelines import api
 from recordforge.pipelines import options as cli_options
-from recordforge.pipelines import preflight
-from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
-from recordforge.pipelines.runner import add_runner_options, beam_options, runner_args
-from recordforge.transforms.commit import remove_tree
-from recordforge.transforms.core.errors import (
-    ErrorRateExceeded,
-    InputChanged,
-    InputIncomplete,
-    UsageError,
-)
+from recordforge.pipelines.runner import add_runner_options, beam_options
+from recordforge.transforms.core.errors import RunFailed, UsageError
 from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.summary import format_plan, plural
-from recordforge.transforms.write import temp_folder
+from recordforge.transforms.core.summary import plural
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -55,13 +43,15 @@ def main(
     if argv is None:
         _spare_the_collector()
     parser = _parser()
-    if beam_argv is None:
-        args, beam_args = parser.parse_known_args(argv)
-    else:
-        args, beam_args = parser.parse_args(argv), list(beam_argv)
-    _configure_logging(args.verbose - args.quiet)
-    handler = submit_conversion if submit_only and args.handler is convert_command else args.handler
     try:
+        if beam_argv is None:
+            args, beam_args = parser.parse_known_args(argv)
+        else:
+            args, beam_args = parser.parse_args(argv), list(beam_argv)
+        _configure_logging(args.verbose - args.quiet)
+        handler = args.handler
+        if submit_only and handler is convert_command:
+            handler = submit_conversion
         status = handler(args, beam_args)
         sys.stdout.flush()
         return status
@@ -79,11 +69,12 @@ def main(
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse's parser, whose mistakes are one line on stderr (the usage is in --help), as
-    every other usage error is; subcommands get the same class."""
+    """argparse's parser, whose mistakes are UsageErrors (one line on stderr, the usage is in
+    --help), as every other usage error is, and never an exit from a library call;
+    subcommands get the same class."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"recordforge: error: {message} (see {self.prog} --help)\n")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,16 +182,15 @@ def _configure_logging(level: int) -> None:
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    output, config, options = _prepare_conversion(args, beam_args)
     started = time.monotonic()
     try:
-        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+        output = api.run_conversion(args, beam_args)
+    except UsageError:
+        raise
+    except RunFailed as failure:
+        print(f"recordforge: failed: {failure}", file=sys.stderr)
+        return EXIT_FAILED
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        _remove_temp_files(output, config.run_id)
-        message = _refusal_message(error)
-        if message:
-            print(f"recordforge: failed: {message}", file=sys.stderr)
-            return EXIT_FAILED
         LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
         return EXIT_FAILED
     dataset = open_dataset(output)
@@ -210,70 +200,15 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
 
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
-    output, config, options = _prepare_conversion(args, beam_args)
     try:
-        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
+        output = api.run_conversion(args, beam_args, wait=False)
+    except UsageError:
+        raise
     except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)
-        _remove_temp_files(output, config.run_id)
         LOGGER.error("the conversion could not be submitted", exc_info=error)
         return EXIT_FAILED
     print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
-
-
-def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> PipelineOptions:
-    """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest."""
-    return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
-
-
-def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
-    """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
-    output = preflight.normalize_path(args.output)
-    config = cli_options.build_config(args, output=output)
-    options = pipeline_options(args, beam_args)
-    old_files = preflight.check_output(output, config.sources, overwrite=args.overwrite)
-    preflight.check_writable(output)
-    if old_files:
-        LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
-        preflight.delete_files(old_files, output)
-    LOGGER.info(
-        "converting %s into %s (%s splits: %s)",
-        ", ".join(s.given for s in config.sources),
-        output,
-        "column" if config.roles.split_column else "hashed",
-        config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
-    )
-    return output, config, options
-
-
-def _refusal_message(error: BaseException) -> str | None:
-    """The message of a run the pipeline itself refused (too many bad inputs, an input that
-    changed during the run), else None."""
-    # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
-    # text when the worker was another process), so look for it by name in the chain.
-    refusals = (ErrorRateExceeded, InputChanged, InputIncomplete)
-    markers = [kind.__name__ + ": " for kind in refusals]
-    while error is not None:
-        if isinstance(error, refusals):
-            return str(error).split(" [while running")[0]
-        text = str(error)
-        for marker in markers:
-            if marker in text:
-                return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def _remove_temp_files(output: str, run_id: str) -> None:
-    try:
-        remove_tree(temp_folder(output, run_id))
-    except Exception:  # noqa: BLE001  (best effort: the run already failed)
-        LOGGER.warning("could not remove %s", temp_folder(output, run_id))
-
-
-def _read_json(path: str) -> dict:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return json.loads(f.read().decode("utf-8"))
 
 
 def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
@@ -320,31 +255,15 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
 
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    config = cli_options.build_config(args, output=None)
-    options = pipeline_options(args, beam_args)
-    # The workers write the report where this process can read it: on remote runners that is
-    # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
-    temp_location = options.view_as(GoogleCloudOptions).temp_location
-    if temp_location:
-        report_dir = FileSystems.join(temp_location, f"recordforge-plan-{uuid.uuid4().hex}")
-    else:
-        report_dir = tempfile.mkdtemp(prefix="recordforge-plan-")
     try:
-        report_path = FileSystems.join(report_dir, "plan.json")
-        run_pipeline(options, lambda p: build_plan_pipeline(p, config, report_path))
-        report = _read_json(report_path)
-    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        message = _refusal_message(error)  # an input that cannot be read to its end, say
-        if not message:
-            raise
-        print(f"recordforge: failed: {message}", file=sys.stderr)
+        report = api.run_plan(args, beam_args)
+    except RunFailed as failure:  # an input that cannot be read to its end, say
+        print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        remove_tree(report_dir)
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
-    print("\n".join(format_plan(report, config.sharding.num_hosts)))
+    print(str(api.Plan(report, args.num_hosts)))
     return EXIT_OK
 
 
@@ -355,11 +274,7 @@ def verify_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         raise UsageError("--max-findings must be 0 (list all) or more")
     # Beam options (say, a project for gs://) reach the filesystems; no pipeline runs.
     FileSystems.set_options(beam_options(beam_args))
-    report = verify.verify_dataset(
-        preflight.normalize_path(args.folder),
-        deep=args.deep,
-        max_per_file=args.max_findings or None,
-    )
+    report = api.verify(args.folder, deep=args.deep, max_findings=args.max_findings)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

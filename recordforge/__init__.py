@@ -4,10 +4,13 @@ The subpackages are `recordforge.pipelines` (the CLI and the entry points), `rec
 (Beam transforms, and the pure logic they wrap in `recordforge.transforms.core`) and
 `recordforge.schemas` (feature specs, the Example codec, the manifest model).
 
-The reading side is here: `load(folder, split)` gives a tf.data.Dataset (TensorFlow is imported
-only when it is called), `iterate(folder, split)` plain dicts without TensorFlow,
-`open_dataset(folder)` the manifest and the shards. Names are imported when first used, so
-`import recordforge` stays cheap and pure modules can be imported without Apache Beam.
+The Python API is here: `convert(sources, output, **options)` (paths, a pandas DataFrame or a
+pyarrow Table in; the dataset out), `plan(sources, **options)` and `verify(dataset)`. The reading
+side too: `load(dataset, split)` gives a tf.data.Dataset (TensorFlow is imported only when it is
+called), `iterate(dataset, split)` plain dicts without TensorFlow, `open_dataset(folder)` the
+manifest and the shards. Failures raise the exceptions of `recordforge.errors`. Names are
+imported when first used, so `import recordforge` stays cheap and pure modules can be imported
+without Apache Beam.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ if not (_here / "pipelines").is_dir() and (_here.parent / "pyproject.toml").is_f
     __path__.append(str(_here.parent))
 
 _PUBLIC = {
+    "convert": "recordforge.pipelines.api",
+    "plan": "recordforge.pipelines.api",
+    "verify": "recordforge.pipelines.api",
+    "Plan": "recordforge.pipelines.api",
     "DatasetFolder": "recordforge.pipelines.dataset",
     "iterate": "recordforge.pipelines.dataset",
     "open_dataset": "recordforge.pipelines.dataset",
@@ -30,10 +37,17 @@ _PUBLIC = {
     "load": "recordforge.pipelines.tf_dataset",
 }
 
-__all__ = sorted(_PUBLIC)
+# Public modules, imported when first used as attributes (`recordforge.errors.UsageError`).
+_MODULES = {"errors"}
+
+__all__ = sorted({*_PUBLIC, *_MODULES})
 
 
 def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(f"recordforge.{name}")
+        globals()[name] = value
+        return value
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'recordforge' has no attribute {name!r}")
@@ -43,4 +57,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | _MODULES)

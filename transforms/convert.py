@@ -66,6 +66,8 @@ class ConvertConfig:
         run_id: names this run's temporary folder.
         tool_version: recorded in the manifest.
         options: the options that shaped the output, recorded in the manifest.
+        shown_as: input paths that error records name otherwise (a table given to the Python
+            API, staged as a CSV file for the run: the errors name the table).
     """
 
     sources: tuple[Source, ...]
@@ -89,6 +91,7 @@ class ConvertConfig:
     run_id: str = "run"
     tool_version: str = "0"
     options: Mapping = field(default_factory=dict)
+    shown_as: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def has_images(self) -> bool:
@@ -328,6 +331,7 @@ class ConvertToTFRecords(beam.PTransform):
             ),
         )
         all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
+        all_errors = _shown_as(all_errors, config.shown_as)
         error_files = all_errors | "WriteErrors" >> WriteErrors(config.output, config.run_id)
         commit_config = CommitConfig(
             output=config.output,
@@ -360,6 +364,16 @@ class ConvertToTFRecords(beam.PTransform):
         )
 
 
+def _shown_as(errors, shown_as: Mapping[str, str]):
+    """ErrorRecords with the paths in `shown_as` replaced by the names given there."""
+    if not shown_as:
+        return errors
+    names = dict(shown_as)
+    return errors | "ShownAs" >> beam.Map(
+        lambda error: error._replace(path=names.get(error.path, error.path))
+    )
+
+
 def _within_error_rate(counts: InputCounts, limit: float | None) -> bool:
     return limit is None or counts.early_errors <= limit * counts.num_inputs
 
@@ -375,7 +389,8 @@ class PlanDataset(beam.PTransform):
     def expand(self, pbegin):
         planned = pbegin | "Plan" >> _Planned(self._config, assign=False)
         # The first few unusable inputs of each kind, to name them.
-        unusable = planned["early_errors"] | "SampleErrors" >> beam.CombineGlobally(
+        early_errors = _shown_as(planned["early_errors"], self._config.shown_as)
+        unusable = early_errors | "SampleErrors" >> beam.CombineGlobally(
             TallyCombineFn(ErrorSample, ErrorSample.add)
         )
         side = beam.pvalue.AsSingleton
