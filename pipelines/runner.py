@@ -125,7 +125,9 @@ def flags_of(options: PipelineOptions) -> list[str]:
     defaults), spelt as Beam's `PipelineOptions.from_dictionary` spells them; that method keeps
     the flags it makes only in a private attribute, so the few lines are repeated here."""
     flags = []
-    values = options.get_all_options(drop_default=True, retain_unknown_options=True)
+    # Unknown options are not kept: options made without flags parse sys.argv (Beam's rule),
+    # which in a notebook or under pytest holds the host program's own arguments.
+    values = options.get_all_options(drop_default=True)
     for key, value in values.items():
         if isinstance(value, bool):
             if value:
