@@ -30,6 +30,7 @@ from recordforge.pipelines.dataset import open_dataset
 from recordforge.pipelines.runner import beam_options, flags_of, runner_args
 from recordforge.pipelines.tables import StagedTable, staged_table, table_kind
 from recordforge.pipelines.verify import VerifyReport, format_report, verify_dataset
+from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
@@ -71,7 +72,8 @@ def convert(sources, output: str | os.PathLike, *, beam_args: BeamArgs = None, *
     Raises:
         UsageError: a bad option, source or output; nothing was written.
         RunFailed: the run refused to finish (ErrorRateExceeded, InputChanged,
-            InputIncomplete); the output holds no new dataset.
+            InputIncomplete); the output holds no new dataset. MixedFeatureTypes (a ValueError)
+            likewise, when records' feature types disagree.
     """
     _check_keywords("convert", options)
     flags = beam_flags(beam_args)
@@ -179,7 +181,7 @@ def run_conversion(
         run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=wait)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         _remove_temp_files(output, config.run_id)
-        refusal = refusal_of(error)
+        refusal = refusal_in(error)
         if refusal is not None:
             raise refusal from error
         raise
@@ -208,7 +210,7 @@ def run_plan(
         run_pipeline(options, lambda p: build_plan_pipeline(p, config, report_path))
         return _read_json(report_path)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        refusal = refusal_of(error)  # an input that cannot be read to its end, say
+        refusal = refusal_in(error)  # an input that cannot be read to its end, say
         if refusal is not None:
             raise refusal from error
         raise
@@ -243,20 +245,24 @@ def _prepare_conversion(
     return output, config, options
 
 
-_REFUSALS: tuple[type[RunFailed], ...] = (ErrorRateExceeded, InputChanged, InputIncomplete)
+# Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
+# an input not read to its end, records whose feature types disagree.
+REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
+# What a caller catches for a refused run (MixedFeatureTypes comes from the pure schemas layer,
+# which cannot import RunFailed; it is a ValueError).
+REFUSED = (RunFailed, MixedFeatureTypes)
 
 
-def refusal_of(error: BaseException) -> RunFailed | None:
-    """The refusal (too many bad inputs, an input that changed or could not be read to its
-    end) raised inside the pipeline that made a run fail, else None."""
-    # Runners re-raise it wrapped (with the worker's traceback as text when the worker was
-    # another process), so look for it by name in the chain, and make it again here.
-    markers = [(kind, kind.__name__ + ": ") for kind in _REFUSALS]
+def refusal_in(error: BaseException) -> Exception | None:
+    """The refusal (one of REFUSALS) a failed run's exception carries, as raised; else None."""
+    # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
+    # text when the worker was another process), so look for it by name in the chain.
     while error is not None:
-        if isinstance(error, _REFUSALS):
+        if isinstance(error, REFUSALS):
             return type(error)(str(error).split(" [while running")[0])
         text = str(error)
-        for kind, marker in markers:
+        for kind in REFUSALS:
+            marker = kind.__name__ + ": "
             if marker in text:
                 message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
                 return kind(message)

@@ -1,4 +1,4 @@
-"""The `recordforge` command: convert, plan, verify, inspect, demo."""
+"""The `recordforge` command: convert, plan, reshard, verify, inspect, demo."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ from recordforge.pipelines import api
 from recordforge.pipelines import options as cli_options
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
+from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
 from recordforge.pipelines.runner import add_runner_options, beam_options
-from recordforge.transforms.core.errors import RunFailed, UsageError
+from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.sharding import human_size
 from recordforge.transforms.core.summary import plural
 
@@ -106,6 +107,16 @@ def _parser() -> argparse.ArgumentParser:
     add_runner_options(plan)
     plan.set_defaults(handler=plan_command)
 
+    reshard = commands.add_parser(
+        "reshard",
+        help="reshard TFRecord files (a TFX ExampleGen output, say) into a planned dataset",
+        allow_abbrev=False,
+    )
+    add_reshard_options(reshard)
+    cli_options.add_output_options(reshard)
+    add_runner_options(reshard)
+    reshard.set_defaults(handler=reshard_command)
+
     inspect = commands.add_parser(
         "inspect",
         help="summarize a converted dataset and show its first records; --html for a page "
@@ -141,7 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.set_defaults(handler=verify_command)
 
-    for sub in (convert, plan, inspect, demo, verify):
+    for sub in (convert, plan, reshard, inspect, demo, verify):
         sub.add_argument("-v", "--verbose", action="count", default=0, help="more detail")
         sub.add_argument("-q", "--quiet", action="count", default=0, help="less detail")
     return parser
@@ -187,7 +198,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         output = api.run_conversion(args, beam_args)
     except UsageError:
         raise
-    except RunFailed as failure:
+    except api.REFUSED as failure:
         print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -195,6 +206,23 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         return EXIT_FAILED
     dataset = open_dataset(output)
     _print_summary(dataset, time.monotonic() - started)
+    return EXIT_OK
+
+
+def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    output, config, inputs, options = prepare_reshard(args, beam_args)
+    started = time.monotonic()
+    try:
+        run_reshard(config, inputs, options)
+    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
+        refusal = api.refusal_in(error)
+        if refusal is not None:
+            message = str(refusal)
+            print(f"recordforge: failed: {message}", file=sys.stderr)
+            return EXIT_FAILED
+        LOGGER.error("resharding failed; no dataset_info.json was written", exc_info=error)
+        return EXIT_FAILED
+    _print_summary(open_dataset(output), time.monotonic() - started, verb="Resharded")
     return EXIT_OK
 
 
@@ -211,10 +239,10 @@ def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int
     return EXIT_OK
 
 
-def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
+def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converted") -> None:
     manifest, output = dataset.manifest.to_dict(), dataset.folder
     print(
-        f"Converted {plural(manifest['num_inputs'], 'input')} into "
+        f"{verb} {plural(manifest['num_inputs'], 'input')} into "
         f"{plural(manifest['num_records'], 'record')} in {seconds:.1f} s"
     )
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")
@@ -257,7 +285,7 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     try:
         report = api.run_plan(args, beam_args)
-    except RunFailed as failure:  # an input that cannot be read to its end, say
+    except api.REFUSED as failure:  # an input that cannot be read to its end, say
         print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED
     if args.json:

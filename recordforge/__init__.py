@@ -4,11 +4,14 @@ The subpackages are `recordforge.pipelines` (the CLI and the entry points), `rec
 (Beam transforms, and the pure logic they wrap in `recordforge.transforms.core`) and
 `recordforge.schemas` (feature specs, the Example codec, the manifest model).
 
-The Python API is here: `convert(sources, output, **options)` (paths, a pandas DataFrame or a
-pyarrow Table in; the dataset out), `plan(sources, **options)` and `verify(dataset)`. The reading
-side too: `load(dataset, split)` gives a tf.data.Dataset (TensorFlow is imported only when it is
-called), `iterate(dataset, split)` plain dicts without TensorFlow, `open_dataset(folder)` the
-manifest and the shards. Failures raise the exceptions of `recordforge.errors`. Names are
+The Python API: `convert(sources, output, **options)` (paths, a pandas DataFrame or a pyarrow
+Table in; the dataset out), `plan(sources, **options)` and `verify(dataset)`;
+`reshard(inputs, output, **options)` turns TFRecord files into a planned dataset, and
+`WriteDataset(output, **options)` is a Beam PTransform that writes the records of your own
+pipeline as `convert` writes its own. Reading: `load(dataset, split)` gives a tf.data.Dataset
+(TensorFlow is imported only when it is called), `iterate(dataset, split)` plain dicts without
+TensorFlow, `open_dataset(folder)` the manifest and the shards. Failures raise the exceptions
+of `recordforge.errors`. Names are
 imported when first used, so `import recordforge` stays cheap and pure modules can be imported
 without Apache Beam.
 """
@@ -31,6 +34,8 @@ _PUBLIC = {
     "verify": "recordforge.pipelines.api",
     "Plan": "recordforge.pipelines.api",
     "DatasetFolder": "recordforge.pipelines.dataset",
+    "WriteDataset": "recordforge.pipelines.write_dataset",
+    "reshard": "recordforge.pipelines.reshard",
     "iterate": "recordforge.pipelines.dataset",
     "open_dataset": "recordforge.pipelines.dataset",
     "feature_spec": "recordforge.pipelines.tf_dataset",

@@ -9,10 +9,14 @@
     │   └── InputIncomplete: an input could not be read to its end
     └── VerifyFailed: `verify(..., check=True)` found problems (`.report` lists them)
 
+    MixedFeatureTypes (a ValueError, from the pure schemas layer): the records' feature types
+    disagree (reshard, WriteDataset); the run refused to commit, as a RunFailed does.
+
 Anything else (a runner that lost its workers, a bug) propagates as the runner raised it. The
-`recordforge` command turns UsageError into exit status 2 and RunFailed into 1.
+`recordforge` command turns UsageError into exit status 2 and the refusals into 1.
 """
 
+from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
@@ -27,6 +31,7 @@ __all__ = [
     "ErrorRateExceeded",
     "InputChanged",
     "InputIncomplete",
+    "MixedFeatureTypes",
     "RecordforgeError",
     "RunFailed",
     "UsageError",

@@ -316,7 +316,7 @@ class ConvertToTFRecords(beam.PTransform):
         config = self._config
         planned = pbegin | "Plan" >> _Planned(config, assign=True)
         proceed = planned["counts"] | "WithinErrorRate" >> beam.Map(
-            _within_error_rate, config.max_error_rate
+            within_error_rate, config.max_error_rate
         )
         written = planned["assigned"] | "WriteShards" >> WriteShards(
             config.output,
@@ -374,7 +374,8 @@ def _shown_as(errors, shown_as: Mapping[str, str]):
     )
 
 
-def _within_error_rate(counts: InputCounts, limit: float | None) -> bool:
+def within_error_rate(counts: InputCounts, limit: float | None) -> bool:
+    """Whether few enough inputs failed before writing for the run to write its shards."""
     return limit is None or counts.early_errors <= limit * counts.num_inputs
 
 

@@ -45,6 +45,7 @@ class UsageError(RecordforgeError, ValueError):
     """The tool was asked for something it cannot do (bad path, bad option, bad schema file).
 
     The CLI reports the message as one line on stderr and exits with status 2, without a traceback.
+    A ValueError, for library callers (recordforge.reshard, recordforge.WriteDataset).
     """
 
 
