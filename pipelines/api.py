@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import difflib
 import json
 import logging
@@ -24,24 +25,31 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import open_dataset
-from recordforge.pipelines.runner import beam_options, flags_of, runner_args
+from recordforge.pipelines.runner import (
+    beam_options,
+    check_runner_reachable,
+    flags_of,
+    runner_args,
+)
 from recordforge.pipelines.tables import StagedTable, staged_table, table_kind
 from recordforge.pipelines.verify import VerifyReport, format_report, verify_dataset
 from recordforge.schemas.features import MixedFeatureTypes
-from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
     InputIncomplete,
+    OutOfSpace,
+    ResumeRefused,
     RunFailed,
     UsageError,
     VerifyFailed,
 )
 from recordforge.transforms.core.summary import format_plan
-from recordforge.transforms.write import temp_folder
+from recordforge.transforms.write import remove_tree
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -161,31 +169,38 @@ class Plan:
 
 
 def run_conversion(
-    args: argparse.Namespace,
-    beam_args: Sequence[str],
-    *,
-    wait: bool = True,
-    tables: Sequence[StagedTable] = (),
+    args: argparse.Namespace, beam_args: Sequence[str], *, tables: Sequence[StagedTable] = ()
 ) -> str:
     """Convert as the parsed `convert` options say; returns the output folder.
 
-    Without `wait`, returns once the runner has accepted the pipeline.
+    The steps of `recordforge convert`, which reports their failures in its own words.
 
     Raises:
         UsageError: a bad option, input or output.
-        RunFailed: the pipeline refused to finish (too many bad inputs, an input changed).
+        RunFailed: the pipeline refused to finish (too many bad inputs, an input changed, the
+            disk full); MixedFeatureTypes likewise; ResumeRefused for a `resume` that cannot.
         Whatever the runner raised for any other failure.
     """
-    output, config, options = _prepare_conversion(args, beam_args, tables)
+    output, config, options, prepared = prepare_conversion(args, beam_args, tables=tables)
     try:
-        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=wait)
+        run_prepared(args, config, options, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        _remove_temp_files(output, config.run_id)
-        refusal = refusal_in(error)
+        refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace))
         if refusal is not None:
             raise refusal from error
         raise
+    finally:
+        prepared.release()
     return output
+
+
+def run_prepared(args: argparse.Namespace, config, options, prepared) -> bool:
+    """Run a prepared conversion, unless `--resume` finds the interrupted run had reached its
+    commit (then the preparation finished it); returns whether a pipeline ran."""
+    if args.resume and prepared.nothing_to_resume(config.run_key):
+        return False
+    run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+    return True
 
 
 def run_plan(
@@ -223,18 +238,39 @@ def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> Pipe
     return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
 
 
-def _prepare_conversion(
-    args: argparse.Namespace, beam_args: Sequence[str], tables: Sequence[StagedTable] = ()
+def prepare_conversion(
+    args: argparse.Namespace,
+    beam_args: Sequence[str],
+    *,
+    detached: bool = False,
+    tables: Sequence[StagedTable] = (),
 ):
-    """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
+    """Check the options, inputs, runner and output; lock the output and stage the run.
+
+    Returns (output folder, config, Beam options, prepared output); the caller releases the
+    prepared output (its lock) when the run ends.
+    """
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output, tables=tables)
     options = pipeline_options(args, beam_args)
-    old_files = preflight.check_output(output, config.sources, overwrite=args.overwrite)
-    preflight.check_writable(output)
-    if old_files:
-        LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
-        preflight.delete_files(old_files, output)
+    check_runner_reachable(options)
+    output_folder.check_location(output, config.sources)
+    recorded = output_folder.run_options(config)
+    prepared = output_folder.prepare_output(
+        output,
+        run_id=config.run_id,
+        options=recorded,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        detached=detached,
+    )
+    config = dataclasses.replace(
+        config,
+        staging=prepared.staging,
+        run_key=output_folder.run_key(recorded),
+        resume=prepared.resuming is not None,
+        detached=detached,
+    )
     LOGGER.info(
         "converting %s into %s (%s splits: %s)",
         ", ".join(s.given for s in config.sources),
@@ -242,7 +278,7 @@ def _prepare_conversion(
         "column" if config.roles.split_column else "hashed",
         config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
     )
-    return output, config, options
+    return output, config, options, prepared
 
 
 # Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
@@ -253,28 +289,23 @@ REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
 REFUSED = (RunFailed, MixedFeatureTypes)
 
 
-def refusal_in(error: BaseException) -> Exception | None:
-    """The refusal (one of REFUSALS) a failed run's exception carries, as raised; else None."""
+def refusal_in(
+    error: BaseException, kinds: tuple[type[BaseException], ...] = REFUSALS
+) -> BaseException | None:
+    """The refusal (one of `kinds`) a failed run's exception carries, as raised; else None."""
     # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
     # text when the worker was another process), so look for it by name in the chain.
     while error is not None:
-        if isinstance(error, REFUSALS):
+        if isinstance(error, kinds):
             return type(error)(str(error).split(" [while running")[0])
         text = str(error)
-        for kind in REFUSALS:
+        for kind in kinds:
             marker = kind.__name__ + ": "
             if marker in text:
                 message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
                 return kind(message)
         error = error.__cause__ or error.__context__
     return None
-
-
-def _remove_temp_files(output: str, run_id: str) -> None:
-    try:
-        remove_tree(temp_folder(output, run_id))
-    except Exception:  # noqa: BLE001  (best effort: the run already failed)
-        LOGGER.warning("could not remove %s", temp_folder(output, run_id))
 
 
 def _read_json(path: str) -> dict:

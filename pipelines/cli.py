@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -15,13 +17,29 @@ from apache_beam.io.filesystems import FileSystems
 
 from recordforge.pipelines import api
 from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import output as output_folder
+from recordforge.pipelines.assembly import build_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
-from recordforge.pipelines.runner import add_runner_options, beam_options
-from recordforge.transforms.core.errors import UsageError
+from recordforge.pipelines.runner import (
+    add_runner_options,
+    beam_options,
+)
+from recordforge.schemas.features import MixedFeatureTypes
+from recordforge.transforms.core.errors import (
+    ErrorRateExceeded,
+    InputChanged,
+    InputIncomplete,
+    OutOfSpace,
+    ResumeRefused,
+    Stopped,
+    UsageError,
+    WorkerLost,
+)
 from recordforge.transforms.core.sharding import human_size
 from recordforge.transforms.core.summary import plural
+from recordforge.transforms.staging import JOURNAL, interrupted_commit
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -43,6 +61,9 @@ def main(
     """
     if argv is None:
         _spare_the_collector()
+        from recordforge.command import handle_stops
+
+        handle_stops()
     parser = _parser()
     try:
         if beam_argv is None:
@@ -59,8 +80,11 @@ def main(
     except UsageError as error:
         print(f"recordforge: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except Stopped as stop:
+        print(f"recordforge: stopped by {stop.name}; nothing was written", file=sys.stderr)
+        return stop.exit_status
     except KeyboardInterrupt:
-        print("recordforge: interrupted", file=sys.stderr)
+        print("recordforge: interrupted; nothing was written", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `recordforge plan --json ... | head`: the reader has all it wants. The work is done;
@@ -193,50 +217,170 @@ def _configure_logging(level: int) -> None:
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    output, config, options, prepared = api.prepare_conversion(args, beam_args)
+    staging = prepared.staging
     started = time.monotonic()
     try:
-        output = api.run_conversion(args, beam_args)
-    except UsageError:
-        raise
-    except api.REFUSED as failure:
-        print(f"recordforge: failed: {failure}", file=sys.stderr)
-        return EXIT_FAILED
+        if args.resume and prepared.nothing_to_resume(config.run_key):
+            print(
+                f"--resume: the interrupted run had reached its commit; finished it into {output}"
+            )
+        else:
+            run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+    except (Stopped, WorkerLost) as stop:
+        return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
-        return EXIT_FAILED
+        from recordforge.command import received_stop
+
+        stop = received_stop()  # Beam re-raises a Stopped raised inside a DoFn, wrapped
+        if stop is not None:
+            return _report_stop(stop, prepared)
+        return _report_failure(error, prepared)
+    finally:
+        prepared.release()
     dataset = open_dataset(output)
     _print_summary(dataset, time.monotonic() - started)
+    if staging.mode == JOURNAL and staging.reason:
+        print(f"  committed file by file (not by one folder swap): {staging.reason}")
     return EXIT_OK
 
 
 def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    output, config, inputs, options = prepare_reshard(args, beam_args)
+    output, config, inputs, options, prepared = prepare_reshard(args, beam_args)
     started = time.monotonic()
     try:
         run_reshard(config, inputs, options)
+    except (Stopped, WorkerLost) as stop:
+        return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        refusal = api.refusal_in(error)
-        if refusal is not None:
-            message = str(refusal)
-            print(f"recordforge: failed: {message}", file=sys.stderr)
-            return EXIT_FAILED
-        LOGGER.error("resharding failed; no dataset_info.json was written", exc_info=error)
-        return EXIT_FAILED
+        from recordforge.command import received_stop
+
+        stop = received_stop()
+        if stop is not None:
+            return _report_stop(stop, prepared)
+        return _report_failure(error, prepared)
+    finally:
+        prepared.release()
     _print_summary(open_dataset(output), time.monotonic() - started, verb="Resharded")
     return EXIT_OK
 
 
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
+    output, config, options, prepared = api.prepare_conversion(args, beam_args, detached=True)
     try:
-        output = api.run_conversion(args, beam_args, wait=False)
-    except UsageError:
-        raise
+        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
     except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)
+        prepared.release()
         LOGGER.error("the conversion could not be submitted", exc_info=error)
         return EXIT_FAILED
+    except BaseException:
+        prepared.release()
+        raise
+    # The job's commit releases the lock.
     print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
+
+
+def _report_stop(stop: Stopped | WorkerLost, prepared: output_folder.PreparedOutput) -> int:
+    from recordforge.command import stop_worker_processes
+
+    stop_worker_processes()  # any the runner started while it unwound
+    if isinstance(stop, WorkerLost):
+        lost = f"the runner lost a worker process ({stop.detail})"
+        print(f"recordforge: failed: {lost}; {_kept(prepared)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"recordforge: stopped by {stop.name}; {_kept(prepared)}", file=sys.stderr)
+    return stop.exit_status
+
+
+def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput) -> int:
+    """One line for a run that failed for a reason of the user's world, else the traceback."""
+    output = prepared.staging.output
+    refused = _cause_message(error, (ResumeRefused,))
+    if refused:
+        print(f"recordforge: error: --resume: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    message = _cause_message(error, (ErrorRateExceeded,))
+    if message:  # it names the errors files, kept in the working folder
+        print(f"recordforge: failed: {message}; {_unchanged(output)}", file=sys.stderr)
+        return EXIT_FAILED
+    message = (
+        _cause_message(error, (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace))
+        or _out_of_space(error)
+        or _lost_worker(error)
+    )
+    if message:
+        print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
+        return EXIT_FAILED
+    LOGGER.error(
+        "the conversion failed; %s; %s", _unchanged(output), _kept(prepared), exc_info=error
+    )
+    return EXIT_FAILED
+
+
+def _unchanged(output: str) -> str:
+    if interrupted_commit(output) is not None:
+        return f"its commit into {output} was interrupted: run the conversion again to finish it"
+    return f"{output} is as it was"
+
+
+def _kept(prepared: output_folder.PreparedOutput) -> str:
+    """What a stopped or failed run leaves, in words."""
+    staging = prepared.staging
+    output = staging.output
+    if interrupted_commit(output) is not None:
+        return (
+            f"its commit into {output} was cut short: run the conversion again (or with "
+            "--resume) to finish it"
+        )
+    return f"{output} is as it was; {output_folder.keep_resumable(staging)}"
+
+
+def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:
+    """The message of one of `refusals` raised inside the pipeline, else None."""
+    refusal = api.refusal_in(error, refusals)
+    return None if refusal is None else str(refusal)
+
+
+# What runners raise when a worker process dies (killed, out of memory) under a bundle.
+_LOST_WORKER = (
+    "Worker subprocess exited with return code",  # FnApiRunner, multi-process
+    "Channel closed prematurely",  # FnApiRunner: the worker's data channel
+    "KilledWorker",  # Dask: a task's workers died too often
+)
+
+
+def _lost_worker(error: BaseException) -> str | None:
+    """One line for a run whose runner lost a worker process, else None."""
+    while error is not None:
+        text = f"{type(error).__name__}: {error}"
+        for marker in _LOST_WORKER:
+            if marker in text:
+                detail = text[text.index(marker) :].splitlines()[0][:200]
+                return f"the runner lost a worker process ({detail})"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+_NO_SPACE = re.compile(r"\[Errno (28|122)\] [^:\n]+(?:: '([^'\n]+)')?")
+
+
+def _out_of_space(error: BaseException) -> str | None:
+    """A full disk or quota met outside recordforge's own writers (a spill file, Beam's own
+    files), in words; None when `error` is something else."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            code, path = error.errno, error.filename
+        else:
+            found = _NO_SPACE.search(str(error))
+            if found is None:
+                error = error.__cause__ or error.__context__
+                continue
+            code, path = int(found.group(1)), found.group(2)
+        reason = "out of disk space" if code == errno.ENOSPC else "out of disk quota"
+        return f"{reason} while writing {path or 'a file of the run'}"
+    return None
 
 
 def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converted") -> None:

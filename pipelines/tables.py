@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.filenames import from_os
+from recordforge.transforms.write import remove_tree
 
 STAGED_NAME = "table.csv"
 DATAFRAME = "<pandas.DataFrame>"
