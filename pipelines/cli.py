@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import errno
 import gc
 import json
@@ -11,27 +10,21 @@ import logging
 import os
 import re
 import sys
-import tempfile
 import time
-import uuid
 from collections.abc import Sequence
 
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
+from recordforge.pipelines import api
 from recordforge.pipelines import options as cli_options
 from recordforge.pipelines import output as output_folder
-from recordforge.pipelines import preflight
-from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
+from recordforge.pipelines.assembly import build_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
 from recordforge.pipelines.runner import (
     add_runner_options,
     beam_options,
-    check_runner_reachable,
-    runner_args,
 )
 from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.core.errors import (
@@ -45,9 +38,8 @@ from recordforge.transforms.core.errors import (
     WorkerLost,
 )
 from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.summary import format_plan, plural
+from recordforge.transforms.core.summary import plural
 from recordforge.transforms.staging import JOURNAL, interrupted_commit
-from recordforge.transforms.write import remove_tree
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -73,13 +65,15 @@ def main(
 
         handle_stops()
     parser = _parser()
-    if beam_argv is None:
-        args, beam_args = parser.parse_known_args(argv)
-    else:
-        args, beam_args = parser.parse_args(argv), list(beam_argv)
-    _configure_logging(args.verbose - args.quiet)
-    handler = submit_conversion if submit_only and args.handler is convert_command else args.handler
     try:
+        if beam_argv is None:
+            args, beam_args = parser.parse_known_args(argv)
+        else:
+            args, beam_args = parser.parse_args(argv), list(beam_argv)
+        _configure_logging(args.verbose - args.quiet)
+        handler = args.handler
+        if submit_only and handler is convert_command:
+            handler = submit_conversion
         status = handler(args, beam_args)
         sys.stdout.flush()
         return status
@@ -100,11 +94,12 @@ def main(
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse's parser, whose mistakes are one line on stderr (the usage is in --help), as
-    every other usage error is; subcommands get the same class."""
+    """argparse's parser, whose mistakes are UsageErrors (one line on stderr, the usage is in
+    --help), as every other usage error is, and never an exit from a library call;
+    subcommands get the same class."""
 
     def error(self, message: str):
-        self.exit(EXIT_USAGE, f"recordforge: error: {message} (see {self.prog} --help)\n")
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -222,7 +217,7 @@ def _configure_logging(level: int) -> None:
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    output, config, options, prepared = _prepare_conversion(args, beam_args)
+    output, config, options, prepared = api.prepare_conversion(args, beam_args)
     staging = prepared.staging
     started = time.monotonic()
     try:
@@ -272,7 +267,7 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
 
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
-    output, config, options, prepared = _prepare_conversion(args, beam_args, detached=True)
+    output, config, options, prepared = api.prepare_conversion(args, beam_args, detached=True)
     try:
         run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
     except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)
@@ -285,46 +280,6 @@ def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int
     # The job's commit releases the lock.
     print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
-
-
-def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> PipelineOptions:
-    """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest."""
-    return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
-
-
-def _prepare_conversion(
-    args: argparse.Namespace, beam_args: Sequence[str], *, detached: bool = False
-):
-    """Check the options, inputs, runner and output; lock the output and stage the run."""
-    output = preflight.normalize_path(args.output)
-    config = cli_options.build_config(args, output=output)
-    options = pipeline_options(args, beam_args)
-    check_runner_reachable(options)
-    output_folder.check_location(output, config.sources)
-    recorded = output_folder.run_options(config)
-    prepared = output_folder.prepare_output(
-        output,
-        run_id=config.run_id,
-        options=recorded,
-        overwrite=args.overwrite,
-        resume=args.resume,
-        detached=detached,
-    )
-    config = dataclasses.replace(
-        config,
-        staging=prepared.staging,
-        run_key=output_folder.run_key(recorded),
-        resume=prepared.resuming is not None,
-        detached=detached,
-    )
-    LOGGER.info(
-        "converting %s into %s (%s splits: %s)",
-        ", ".join(s.given for s in config.sources),
-        output,
-        "column" if config.roles.split_column else "hashed",
-        config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
-    )
-    return output, config, options, prepared
 
 
 def _report_stop(stop: Stopped | WorkerLost, prepared: output_folder.PreparedOutput) -> int:
@@ -384,38 +339,8 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
 
 def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:
     """The message of one of `refusals` raised inside the pipeline, else None."""
-    refusal = refusal_in(error, refusals)
+    refusal = api.refusal_in(error, refusals)
     return None if refusal is None else str(refusal)
-
-
-# Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
-# an input not read to its end, records whose feature types disagree.
-REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
-
-
-def _refusal_message(error: BaseException) -> str | None:
-    """The message of a run the pipeline itself refused, else None."""
-    refusal = refusal_in(error)
-    return None if refusal is None else str(refusal)
-
-
-def refusal_in(
-    error: BaseException, kinds: tuple[type[BaseException], ...] = REFUSALS
-) -> BaseException | None:
-    """The refusal (one of `kinds`) a failed run's exception carries, as raised; else None."""
-    # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
-    # text when the worker was another process), so look for it by name in the chain.
-    while error is not None:
-        if isinstance(error, kinds):
-            return type(error)(str(error).split(" [while running")[0])
-        text = str(error)
-        for kind in kinds:
-            marker = kind.__name__ + ": "
-            if marker in text:
-                message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
-                return kind(message)
-        error = error.__cause__ or error.__context__
-    return None
 
 
 # What runners raise when a worker process dies (killed, out of memory) under a bundle.
@@ -456,11 +381,6 @@ def _out_of_space(error: BaseException) -> str | None:
         reason = "out of disk space" if code == errno.ENOSPC else "out of disk quota"
         return f"{reason} while writing {path or 'a file of the run'}"
     return None
-
-
-def _read_json(path: str) -> dict:
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return json.loads(f.read().decode("utf-8"))
 
 
 def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converted") -> None:
@@ -507,31 +427,15 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
 
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    config = cli_options.build_config(args, output=None)
-    options = pipeline_options(args, beam_args)
-    # The workers write the report where this process can read it: on remote runners that is
-    # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
-    temp_location = options.view_as(GoogleCloudOptions).temp_location
-    if temp_location:
-        report_dir = FileSystems.join(temp_location, f"recordforge-plan-{uuid.uuid4().hex}")
-    else:
-        report_dir = tempfile.mkdtemp(prefix="recordforge-plan-")
     try:
-        report_path = FileSystems.join(report_dir, "plan.json")
-        run_pipeline(options, lambda p: build_plan_pipeline(p, config, report_path))
-        report = _read_json(report_path)
-    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        message = _refusal_message(error)  # an input that cannot be read to its end, say
-        if not message:
-            raise
-        print(f"recordforge: failed: {message}", file=sys.stderr)
+        report = api.run_plan(args, beam_args)
+    except api.REFUSED as failure:  # an input that cannot be read to its end, say
+        print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED
-    finally:
-        remove_tree(report_dir)
     if args.json:
         print(json.dumps(report, indent=2))
         return EXIT_OK
-    print("\n".join(format_plan(report, config.sharding.num_hosts)))
+    print(str(api.Plan(report, args.num_hosts)))
     return EXIT_OK
 
 
@@ -542,11 +446,7 @@ def verify_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         raise UsageError("--max-findings must be 0 (list all) or more")
     # Beam options (say, a project for gs://) reach the filesystems; no pipeline runs.
     FileSystems.set_options(beam_options(beam_args))
-    report = verify.verify_dataset(
-        preflight.normalize_path(args.folder),
-        deep=args.deep,
-        max_per_file=args.max_findings or None,
-    )
+    report = api.verify(args.folder, deep=args.deep, max_findings=args.max_findings)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -32,6 +33,28 @@ class DatasetFolder:
     def path(self, relative: str) -> str:
         """The full path of a file named in the manifest."""
         return FileSystems.join(self.folder, relative)
+
+    def __fspath__(self) -> str:
+        # Where a path is wanted (os.fspath, open_dataset, load, tfds), the folder.
+        return self.folder
+
+    @property
+    def splits(self) -> dict[str, SplitInfo]:
+        """Split name → its shards and counts, in the manifest's order."""
+        return dict(self.manifest.splits)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Split name → its number of records (known without reading a shard)."""
+        return {name: split.num_records for name, split in self.manifest.splits.items()}
+
+    @property
+    def num_records(self) -> int:
+        return sum(self.counts.values())
+
+    def shard_paths(self, split: str) -> list[str]:
+        """The full paths of a split's shards, in order."""
+        return [self.path(shard.file) for shard in self.split(split).shards]
 
     def split(self, name: str) -> SplitInfo:
         """The split called `name`.
@@ -71,14 +94,17 @@ class DatasetFolder:
             yield {key: values for key, (_, values) in codec.to_python(codec.parse(record)).items()}
 
 
-def open_dataset(folder: str) -> DatasetFolder:
-    """Read the manifest of the dataset in `folder`.
+def open_dataset(folder: str | os.PathLike | DatasetFolder) -> DatasetFolder:
+    """Read the manifest of the dataset in `folder` (a DatasetFolder is returned as it is).
 
     Raises:
         UsageError: `folder` holds no recordforge manifest, or one that cannot be read, or a
             commit into it was interrupted (its files are then neither the old dataset nor the
             new one: docs/design.md, "Commit protocol").
     """
+    if isinstance(folder, DatasetFolder):
+        return folder
+    folder = os.fsdecode(folder)
     folder = folder.rstrip("/") if len(folder) > 1 else folder
     try:
         journal = interrupted_commit(folder)
@@ -113,7 +139,9 @@ def open_dataset(folder: str) -> DatasetFolder:
     )
 
 
-def iterate(folder: str, split: str = "train") -> Iterator[dict[str, list]]:
+def iterate(
+    folder: str | os.PathLike | DatasetFolder, split: str = "train"
+) -> Iterator[dict[str, list]]:
     """The records of one split as plain dicts of value lists, for frameworks other than TF.
 
     Bytes features are `bytes`, int64 features `int`, float features `float`; every value is a

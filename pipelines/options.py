@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import uuid
+from collections.abc import Sequence
 
 from recordforge.pipelines import preflight
+from recordforge.pipelines.tables import StagedTable
 from recordforge.transforms.convert import ConvertConfig
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.labels import LABEL_MODES, STRAY_FILE_MODES
 from recordforge.transforms.core.naming import COMPRESSIONS
-from recordforge.transforms.core.records import CsvRoles
+from recordforge.transforms.core.records import CsvRoles, Source
 from recordforge.transforms.core.sharding import MIB, ShardingConfig
 
 
@@ -222,8 +224,13 @@ def tool_version() -> str:
         return "0+unknown"
 
 
-def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConfig:
-    """Validate the options and inputs and resolve them into a ConvertConfig (no writes)."""
+def build_config(
+    args: argparse.Namespace, *, output: str | None, tables: Sequence[StagedTable] = ()
+) -> ConvertConfig:
+    """Validate the options and inputs and resolve them into a ConvertConfig (no writes).
+
+    `tables` are the tables of the Python API among the sources, staged as CSV files.
+    """
     _check_text_options(args)
     sharding = sharding_config(args)
     check_error_rate(args.max_error_rate)
@@ -239,6 +246,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
     splits = preflight.parse_splits(args.splits) if args.splits else (("train", 1.0),)
     roles = CsvRoles(args.image_column, args.label_column, args.split_column)
     sources = preflight.resolve_sources(args.sources, follow_symlinks=args.follow_symlinks)
+    sources = _named_tables(sources, tables)
     kind = sources[0].kind
     csv_schema = None
     if kind == "csv":
@@ -257,7 +265,10 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
             if value:
                 raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
     name, compression, write_index, tfds = output_settings(args, output)
-    allowed_roots = preflight.resolve_allowed_roots(args.allowed_root or (), sources)
+    # A staged table is not a file of the user's; the images its rows name are confined.
+    allowed_roots = preflight.resolve_allowed_roots(
+        args.allowed_root or (), [s for s in sources if not s.references]
+    )
     # Recorded only when not the default, so that a manifest made without them is unchanged.
     chosen = {
         "check_pixels": args.check_pixels,
@@ -286,6 +297,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         stray_files=args.stray_files,
         run_id=uuid.uuid4().hex[:12],
         tool_version=tool_version(),
+        shown_as={table.path: table.label for table in tables},
         options={
             "name": name,
             "splits": None if args.split_column else dict(splits),
@@ -301,6 +313,19 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
             "sharding": sharding.to_dict(),
             **{key: value for key, value in chosen.items() if value},
         },
+    )
+
+
+def _named_tables(sources: Sequence[Source], tables: Sequence[StagedTable]) -> tuple[Source, ...]:
+    """The sources, a staged table's named as its label and reading paths from its folder."""
+    by_path = {table.path: table for table in tables}
+    return tuple(
+        source._replace(
+            given=by_path[source.pattern].label, references=by_path[source.pattern].references
+        )
+        if source.pattern in by_path
+        else source
+        for source in sources
     )
 
 

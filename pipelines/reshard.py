@@ -76,7 +76,7 @@ def reshard(
         ErrorRateExceeded, MixedFeatureTypes: the run refused to commit (nothing written).
         Whatever the runner raises when the pipeline fails otherwise.
     """
-    from recordforge.pipelines.cli import refusal_in
+    from recordforge.pipelines.api import refusal_in
 
     args = reshard_arguments([inputs] if isinstance(inputs, str) else list(inputs), output, options)
     output, config, files, beam, prepared = prepare_reshard(args, beam_args)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import importlib.util
+import json
 import socket
 from collections.abc import Iterator, Sequence
 
@@ -121,6 +122,27 @@ def beam_options(args: Sequence[str]) -> PipelineOptions:
     options.view_as(SetupOptions).save_main_session = False
     _check_runner_needs(options)
     return options
+
+
+def flags_of(options: PipelineOptions) -> list[str]:
+    """The command-line flags that make `options` again (those differing from Beam's
+    defaults), spelt as Beam's `PipelineOptions.from_dictionary` spells them; that method keeps
+    the flags it makes only in a private attribute, so the few lines are repeated here."""
+    flags = []
+    # Unknown options are not kept: options made without flags parse sys.argv (Beam's rule),
+    # which in a notebook or under pytest holds the host program's own arguments.
+    values = options.get_all_options(drop_default=True)
+    for key, value in values.items():
+        if isinstance(value, bool):
+            if value:
+                flags.append(f"--{key}")
+        elif isinstance(value, list):
+            flags += [f"--{key}={item}" for item in value]
+        elif isinstance(value, dict):
+            flags.append(f"--{key}={json.dumps(value)}")
+        elif value is not None:
+            flags.append(f"--{key}={value}")
+    return flags
 
 
 class _ViewsMadeOnce(PipelineOptions):

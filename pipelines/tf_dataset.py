@@ -10,6 +10,7 @@ from collections.abc import Mapping
 
 from recordforge.pipelines.dataset import open_dataset
 from recordforge.schemas.features import IMAGE_ENCODED, FeatureSpec
+from recordforge.transforms.core.errors import UsageError
 
 # Decoded pixels go under this key, beside the original bytes under image/encoded.
 DECODED_IMAGE = "image"
@@ -33,7 +34,7 @@ def feature_spec(features: Mapping[str, FeatureSpec]) -> dict:
 
 
 def load(
-    folder: str,
+    folder,
     split: str = "train",
     *,
     decode_images: bool = False,
@@ -52,7 +53,8 @@ def load(
     which ignores STORAGE_EMULATOR_HOST (so gs:// here is not covered by the emulator tests).
 
     Args:
-        folder: the dataset folder (the one holding dataset_info.json).
+        folder: the dataset folder (the one holding dataset_info.json), or the dataset
+            `recordforge.convert` returned.
         split: the split to read.
         decode_images: add the decoded pixels of `image/encoded` under "image" (uint8,
             [height, width, channels]); animated GIFs give their first frame.
@@ -63,7 +65,8 @@ def load(
         deterministic: keep the interleaved order reproducible (False may be faster).
 
     Raises:
-        UsageError: the folder holds no recordforge dataset, or no such split.
+        UsageError: the folder holds no recordforge dataset, or no such split, or no images
+            to decode.
     """
     import tensorflow as tf
 
@@ -88,7 +91,7 @@ def load(
     )
     if decode_images:
         if IMAGE_ENCODED not in spec:
-            raise ValueError(f"{folder} has no {IMAGE_ENCODED} feature to decode")
+            raise UsageError(f"{dataset.folder} has no {IMAGE_ENCODED} feature to decode")
 
         def decode(example):
             pixels = tf.io.decode_image(

@@ -4,11 +4,14 @@ The subpackages are `recordforge.pipelines` (the CLI and the entry points), `rec
 (Beam transforms, and the pure logic they wrap in `recordforge.transforms.core`) and
 `recordforge.schemas` (feature specs, the Example codec, the manifest model).
 
-Writing from Python: `reshard(inputs, output, **options)` turns TFRecord files into a planned
-dataset, and `WriteDataset(output, **options)` is a Beam PTransform that writes the records of
-your own pipeline as `convert` writes its own. Reading: `load(folder, split)` gives a
-tf.data.Dataset (TensorFlow is imported only when it is called), `iterate(folder, split)`
-plain dicts without TensorFlow, `open_dataset(folder)` the manifest and the shards. Names are
+The Python API: `convert(sources, output, **options)` (paths, a pandas DataFrame or a pyarrow
+Table in; the dataset out), `plan(sources, **options)` and `verify(dataset)`;
+`reshard(inputs, output, **options)` turns TFRecord files into a planned dataset, and
+`WriteDataset(output, **options)` is a Beam PTransform that writes the records of your own
+pipeline as `convert` writes its own. Reading: `load(dataset, split)` gives a tf.data.Dataset
+(TensorFlow is imported only when it is called), `iterate(dataset, split)` plain dicts without
+TensorFlow, `open_dataset(folder)` the manifest and the shards. Failures raise the exceptions
+of `recordforge.errors`. Names are
 imported when first used, so `import recordforge` stays cheap and pure modules can be imported
 without Apache Beam.
 """
@@ -26,6 +29,10 @@ if not (_here / "pipelines").is_dir() and (_here.parent / "pyproject.toml").is_f
     __path__.append(str(_here.parent))
 
 _PUBLIC = {
+    "convert": "recordforge.pipelines.api",
+    "plan": "recordforge.pipelines.api",
+    "verify": "recordforge.pipelines.api",
+    "Plan": "recordforge.pipelines.api",
     "DatasetFolder": "recordforge.pipelines.dataset",
     "WriteDataset": "recordforge.pipelines.write_dataset",
     "reshard": "recordforge.pipelines.reshard",
@@ -35,10 +42,17 @@ _PUBLIC = {
     "load": "recordforge.pipelines.tf_dataset",
 }
 
-__all__ = sorted(_PUBLIC)
+# Public modules, imported when first used as attributes (`recordforge.errors.UsageError`).
+_MODULES = {"errors"}
+
+__all__ = sorted({*_PUBLIC, *_MODULES})
 
 
 def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(f"recordforge.{name}")
+        globals()[name] = value
+        return value
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'recordforge' has no attribute {name!r}")
@@ -48,4 +62,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+    return sorted(set(globals()) | set(_PUBLIC) | _MODULES)

@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import (
 from conftest import make_image
 from deploy_files import DEPLOY, ROOT, beam_pin, copy_sources, dockerfile_stages, pyproject
 
-from recordforge.pipelines import cli
+from recordforge.pipelines import api, cli
 from recordforge.pipelines.flex_template import (
     RENAMED,
     RUNNER_OPTIONS,
@@ -157,7 +157,7 @@ def test_every_sample_translates_into_arguments_the_cli_and_beam_accept():
     assert (args.write_index, args.tfds, args.overwrite) == (True, False, True)
     assert (args.verbose, args.quiet, args.compression) == (2, 0, "gzip")
     assert beam_args == dataflow_options
-    options = cli.pipeline_options(args, beam_args)
+    options = api.pipeline_options(args, beam_args)
     assert options.view_as(StandardOptions).runner == "DataflowRunner"
     assert options.view_as(GoogleCloudOptions).labels == [
         '{"goog-dataflow-provided-template-type": "flex"}'
@@ -306,7 +306,7 @@ def test_launch_direct_is_a_conversion_the_cli_and_beam_accept():
     assert command[:2] == ["recordforge", "convert"]
     args, beam_args = cli._parser().parse_known_args(command[1:])
     assert args.sources == ["gs://my-bucket/photos"] and args.output == "gs://my-bucket/out"
-    options = cli.pipeline_options(args, beam_args)
+    options = api.pipeline_options(args, beam_args)
     google = options.view_as(GoogleCloudOptions)
     assert options.view_as(StandardOptions).runner == "DataflowRunner"
     assert (google.project, google.region, google.temp_location) == (

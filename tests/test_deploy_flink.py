@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import (
 )
 from deploy_files import DEPLOY
 
-from recordforge.pipelines import cli
+from recordforge.pipelines import api, cli
 
 FLINK = DEPLOY / "flink"
 # The Python SDK container's boot program serves the worker pool on this port
@@ -100,7 +100,7 @@ def test_submission_arguments_parse_and_point_at_the_services():
     args, beam_args = cli._parser().parse_known_args(submit["args"])
     assert args.command == "convert" and args.sources and args.output.startswith("gs://")
     assert args.num_hosts >= 1
-    options = cli.pipeline_options(args, beam_args)  # refuses any argument Beam does not know
+    options = api.pipeline_options(args, beam_args)  # refuses any argument Beam does not know
     portable = options.view_as(PortableOptions)
     assert options.view_as(StandardOptions).runner.rsplit(".", 1)[-1] == "PortableRunner"
     assert portable.environment_type == "EXTERNAL"

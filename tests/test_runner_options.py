@@ -135,7 +135,8 @@ def test_dataflow_job_labels_given_as_labels_point_to_beams_label(photo_folder, 
 
 
 def test_beams_label_reaches_the_dataflow_options(photo_folder, tmp_path):
-    from recordforge.pipelines.cli import command_parser, pipeline_options
+    from recordforge.pipelines.api import pipeline_options
+    from recordforge.pipelines.cli import command_parser
 
     args, beam_args = command_parser("convert").parse_known_args(
         [str(photo_folder), "-o", str(tmp_path / "out"), "--labels", "folder"]

@@ -61,6 +61,8 @@ class ConvertConfig:
         run_id: the run's id (in its lock and commit journal).
         tool_version: recorded in the manifest.
         options: the options that shaped the output, recorded in the manifest.
+        shown_as: input paths that error records name otherwise (a table given to the Python
+            API, staged as a CSV file for the run: the errors name the table).
         staging: where the run stages its files and how it commits them (default: a JOURNAL
             staging inside `output`; the CLI chooses, see transforms/staging.py).
         run_key: the digest of everything that shapes output bytes, in each staged shard's
@@ -90,6 +92,7 @@ class ConvertConfig:
     run_id: str = "run"
     tool_version: str = "0"
     options: Mapping = field(default_factory=dict)
+    shown_as: Mapping[str, str] = field(default_factory=dict)
     staging: Staging | None = None
     run_key: str = ""
     resume: bool = False
@@ -340,6 +343,7 @@ class ConvertToTFRecords(beam.PTransform):
             ),
         )
         all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
+        all_errors = _shown_as(all_errors, config.shown_as)
         error_files = all_errors | "WriteErrors" >> WriteErrors(staging.parts)
         commit_config = CommitConfig(
             staging=staging,
@@ -374,6 +378,16 @@ class ConvertToTFRecords(beam.PTransform):
         )
 
 
+def _shown_as(errors, shown_as: Mapping[str, str]):
+    """ErrorRecords with the paths in `shown_as` replaced by the names given there."""
+    if not shown_as:
+        return errors
+    names = dict(shown_as)
+    return errors | "ShownAs" >> beam.Map(
+        lambda error: error._replace(path=names.get(error.path, error.path))
+    )
+
+
 def within_error_rate(counts: InputCounts, limit: float | None) -> bool:
     """Whether few enough inputs failed before writing for the run to write its shards."""
     return limit is None or counts.early_errors <= limit * counts.num_inputs
@@ -390,7 +404,8 @@ class PlanDataset(beam.PTransform):
     def expand(self, pbegin):
         planned = pbegin | "Plan" >> _Planned(self._config, assign=False)
         # The first few unusable inputs of each kind, to name them.
-        unusable = planned["early_errors"] | "SampleErrors" >> beam.CombineGlobally(
+        early_errors = _shown_as(planned["early_errors"], self._config.shown_as)
+        unusable = early_errors | "SampleErrors" >> beam.CombineGlobally(
             TallyCombineFn(ErrorSample, ErrorSample.add)
         )
         side = beam.pvalue.AsSingleton

@@ -308,7 +308,7 @@ class _ReadCsvFn(beam.DoFn):
         image_path = image_name = label = split = None
         if roles.image_column:
             image_name = _text(values, roles.image_column, "MissingImagePath")
-            image_path = image_reference(image_name, path)
+            image_path = image_reference(image_name, path, source.references)
         if roles.label_column:
             label = _label(values, roles.label_column)
         if roles.split_column:
@@ -335,9 +335,9 @@ class _ReadCsvFn(beam.DoFn):
         )
 
 
-def image_reference(cell: str, csv_path: str) -> str:
-    """The image a CSV cell names: relative to the CSV's folder, absolute, a URL, or a
-    `file://` URI (a local path).
+def image_reference(cell: str, csv_path: str, references: str = "") -> str:
+    """The image a CSV cell names: relative to the CSV's folder (or to `references` when
+    given), absolute, a URL, or a `file://` URI (a local path).
 
     Raises:
         InputError: `BadCell` for a path holding a NUL character (no file has one; the pipeline
@@ -346,7 +346,7 @@ def image_reference(cell: str, csv_path: str) -> str:
     """
     if MARK in cell:
         raise InputError("BadCell", "the image path holds a NUL character: no file is named so")
-    return resolve_reference(local_path_of_uri(cell), parent_folder(csv_path))
+    return resolve_reference(local_path_of_uri(cell), references or parent_folder(csv_path))
 
 
 def _text(values: dict, column: str, missing_kind: str) -> str:

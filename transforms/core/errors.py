@@ -1,4 +1,8 @@
-"""Typed errors: problems with one input (quarantined) and problems with how the tool was called."""
+"""Typed errors: problems with one input (quarantined) and problems with how the tool was called.
+
+The errors a library call raises share one base, RecordforgeError; `recordforge.errors` is their
+public home. Only the CLI turns them into exit statuses.
+"""
 
 from __future__ import annotations
 
@@ -34,7 +38,11 @@ class InputError(Exception):
         return (type(self), (self.kind, self.message))
 
 
-class UsageError(ValueError):
+class RecordforgeError(Exception):
+    """What recordforge raises for a failure of its own kind (not a bug, not a runner's fault)."""
+
+
+class UsageError(RecordforgeError, ValueError):
     """The tool was asked for something it cannot do (bad path, bad option, bad schema file).
 
     The CLI reports the message as one line on stderr and exits with status 2, without a traceback.
@@ -42,19 +50,31 @@ class UsageError(ValueError):
     """
 
 
-class ErrorRateExceeded(Exception):
+class RunFailed(RecordforgeError):
+    """A run the pipeline itself refused to finish; it wrote no manifest (the CLI exits 1)."""
+
+
+class ErrorRateExceeded(RunFailed):
     """More inputs failed than --max-error-rate allows; the run ends without a manifest."""
 
 
-class InputChanged(Exception):
+class InputChanged(RunFailed):
     """An input file changed while the run was reading it; the run ends without a manifest."""
 
 
-class ResumeRefused(Exception):
+class VerifyFailed(RecordforgeError):
+    """`verify(..., check=True)` found problems; `report` holds them all."""
+
+    def __init__(self, message: str, report=None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class ResumeRefused(RecordforgeError):
     """`--resume` was asked for, but the staged work was made from other inputs or options."""
 
 
-class OutOfSpace(Exception):
+class OutOfSpace(RunFailed):
     """The disk (or quota) ran out while a file was written; the message names it."""
 
 
@@ -102,6 +122,6 @@ class WorkerLost(BaseException):
         self.detail = detail
 
 
-class InputIncomplete(Exception):
+class InputIncomplete(RunFailed):
     """An input file could not be read to its end (a CSV file cut short, damaged compression, an
     I/O error): how many rows it holds is unknown, so the run ends without a manifest."""

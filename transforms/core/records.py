@@ -34,6 +34,9 @@ class Source(NamedTuple):
         pattern: what to match with Beam FileSystems (`root/**` for a folder).
         root: the folder that relative paths (record keys, class folders) are taken from.
         given: the source as typed, for messages.
+        references: the folder that relative image paths in a CSV source's cells are resolved
+            against; empty: the CSV file's own folder. (A table given to the Python API is
+            staged as a CSV file elsewhere; its paths are relative to the caller's folder.)
     """
 
     index: int
@@ -41,6 +44,7 @@ class Source(NamedTuple):
     pattern: str
     root: str
     given: str
+    references: str = ""
 
 
 class CsvRoles(NamedTuple):

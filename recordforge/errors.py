@@ -1,0 +1,39 @@
+"""The exceptions recordforge's library calls raise.
+
+    RecordforgeError
+    ├── UsageError (also a ValueError): a bad option, source, output or dataset folder;
+    │                                   nothing was written
+    ├── RunFailed: the run refused to finish and wrote no manifest
+    │   ├── ErrorRateExceeded: more inputs failed than max_error_rate allows
+    │   ├── InputChanged: an input changed while the run read it
+    │   └── InputIncomplete: an input could not be read to its end
+    └── VerifyFailed: `verify(..., check=True)` found problems (`.report` lists them)
+
+    MixedFeatureTypes (a ValueError, from the pure schemas layer): the records' feature types
+    disagree (reshard, WriteDataset); the run refused to commit, as a RunFailed does.
+
+Anything else (a runner that lost its workers, a bug) propagates as the runner raised it. The
+`recordforge` command turns UsageError into exit status 2 and the refusals into 1.
+"""
+
+from recordforge.schemas.features import MixedFeatureTypes
+from recordforge.transforms.core.errors import (
+    ErrorRateExceeded,
+    InputChanged,
+    InputIncomplete,
+    RecordforgeError,
+    RunFailed,
+    UsageError,
+    VerifyFailed,
+)
+
+__all__ = [
+    "ErrorRateExceeded",
+    "InputChanged",
+    "InputIncomplete",
+    "MixedFeatureTypes",
+    "RecordforgeError",
+    "RunFailed",
+    "UsageError",
+    "VerifyFailed",
+]
