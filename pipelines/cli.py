@@ -236,12 +236,14 @@ def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     if old_files:
         LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
         preflight.delete_files(old_files, output)
+    if config.split_note:
+        splits = config.split_note
+    elif config.roles.split_column:
+        splits = f"splits from column {config.roles.split_column}"
+    else:
+        splits = "hashed splits: " + ", ".join(f"{n}={f:g}" for n, f in config.splits)
     LOGGER.info(
-        "converting %s into %s (%s splits: %s)",
-        ", ".join(s.given for s in config.sources),
-        output,
-        "column" if config.roles.split_column else "hashed",
-        config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
+        "converting %s into %s (%s)", ", ".join(s.given for s in config.sources), output, splits
     )
     return output, config, options
 
@@ -282,6 +284,9 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
         f"Converted {plural(manifest['num_inputs'], 'input')} into "
         f"{plural(manifest['num_records'], 'record')} in {seconds:.1f} s"
     )
+    source = manifest.get("source") or {}
+    if source.get("splits"):  # the splits the inputs named: folders, names, SOURCE=SPLIT
+        print(f"  {source['splits']}")
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")
     for name, split in manifest["splits"].items():
         print(
@@ -292,7 +297,6 @@ def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
     if labels:
         shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
         print(f"  {plural(len(labels), 'class')}: {shown}")
-    source = manifest.get("source") or {}
     if source.get("labels"):  # why folders gave labels, or did not
         print(f"  {source['labels']}")
     skipped = [

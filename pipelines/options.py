@@ -7,6 +7,7 @@ import importlib.metadata
 import uuid
 
 from recordforge.pipelines import preflight
+from recordforge.pipelines.source_splits import resolve_source_splits
 from recordforge.transforms.convert import ConvertConfig
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
@@ -22,7 +23,11 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "sources",
         nargs="+",
         metavar="SOURCE",
-        help="image folders, image files, CSV files, or globs of them (local paths or gs://...)",
+        help="image folders, image files, CSV files, or globs of them (local paths or gs://...); "
+        "SOURCE=SPLIT puts all of a source in that split. A folder whose first-level folders "
+        "are all split names (train, validation, val, valid, dev, eval, test) holds its splits "
+        "(root/<split>/<class>/<file>), and sources named so (data/train data/test, "
+        "train.csv test.csv) are their splits",
     )
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument(
@@ -214,6 +219,15 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
     splits = preflight.parse_splits(args.splits) if args.splits else (("train", 1.0),)
     roles = CsvRoles(args.image_column, args.label_column, args.split_column)
     sources = preflight.resolve_sources(args.sources, follow_symlinks=args.follow_symlinks)
+    named = resolve_source_splits(
+        sources,
+        ratio_splits=bool(args.splits),
+        split_column=bool(args.split_column),
+        follow_symlinks=args.follow_symlinks,
+    )
+    sources = named.sources
+    if named.splits:  # every input names its split: no hash chooses one
+        splits = tuple((name, 1 / len(named.splits)) for name in named.splits)
     kind = sources[0].kind
     csv_schema = None
     if kind == "csv":
@@ -258,6 +272,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         output=output,
         name=name or "plan",
         splits=splits,
+        split_note=named.note,
         salt=args.split_salt,
         label_mode=args.labels,
         roles=roles,
@@ -276,7 +291,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         tool_version=tool_version(),
         options={
             "name": name,
-            "splits": None if args.split_column else dict(splits),
+            "splits": None if args.split_column or named.splits else dict(splits),
             "split_column": args.split_column,
             "split_salt": args.split_salt,
             "labels": args.labels if kind == "images" else None,
@@ -287,6 +302,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
             "write_index": write_index,
             "tfds": tfds,
             "sharding": sharding.to_dict(),
+            **({"source_splits": named.by_source} if named.splits else {}),
             **{key: value for key, value in chosen.items() if value},
         },
     )

@@ -138,7 +138,8 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
 def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> tuple[Source, ...]:
     """Classify each input as image folder/glob/file or CSV file/glob, and check it has files."""
     sources = []
-    for index, typed in enumerate(given):
+    for index, argument in enumerate(given):
+        typed, split = _split_argument(argument, follow_symlinks)
         path = normalize_path(typed)
         raw = display(from_os(typed))  # as typed, for messages and the manifest
         if has_glob(path):
@@ -166,10 +167,30 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
             )
         else:
             raise UsageError(f"input not found: {raw!r}")
+        if split is not None:
+            sources[-1] = sources[-1]._replace(split=split)
     kinds = {s.kind for s in sources}
     if len(kinds) > 1:
         raise UsageError("image inputs and CSV inputs cannot be mixed in one run")
     return tuple(sources)
+
+
+def _split_argument(argument: str, follow_symlinks: bool) -> tuple[str, str | None]:
+    """`SOURCE=SPLIT` → (SOURCE, SPLIT); a path that exists as typed (`a=b/`) is a path."""
+    if "=" not in argument or _exists(normalize_path(argument), follow_symlinks):
+        return argument, None
+    typed, split = argument.rsplit("=", 1)
+    if not is_valid_split_name(split) or not typed:
+        return argument, None  # `a=b/*.jpg`: a path (not found, or a glob), said so later
+    return typed, split
+
+
+def _exists(path: str, follow_symlinks: bool) -> bool:
+    if not has_scheme(path):
+        return os.path.lexists(to_os(path))
+    if has_glob(path):
+        return bool(list_files(path, limit=1, follow_symlinks=follow_symlinks))
+    return _is_file(path) or bool(list_files(path.rstrip("/") + "/**", limit=1))
 
 
 def _has_visible_files(folder: str, follow_symlinks: bool = False) -> bool:

@@ -33,6 +33,10 @@ class Source(NamedTuple):
         pattern: what to match with Beam FileSystems (`root/**` for a folder).
         root: the folder that relative paths (record keys, class folders) are taken from.
         given: the source as typed, for messages.
+        split: the split of every input of this source (SOURCE=SPLIT, or a source named like
+            a split: data/test, test.csv), or None.
+        split_folders: (folder, split) pairs when the source's first-level folders are splits
+            (root/<split>/<class>/<file>, see core.splits); empty otherwise.
     """
 
     index: int
@@ -40,6 +44,8 @@ class Source(NamedTuple):
     pattern: str
     root: str
     given: str
+    split: str | None = None
+    split_folders: tuple[tuple[str, str], ...] = ()
 
 
 class CsvRoles(NamedTuple):
