@@ -74,7 +74,7 @@ def resolve_source_splits(
     if how and option:
         first = next(s for s in resolved if s.split or s.split_folders)
         kind = "names its split" if first.split else "has split folders"
-        remedy = f"drop {option} to keep them" if first.split_folders else f"drop {option} or =SPLIT"
+        remedy = f"drop {option}" + (" to keep them" if first.split_folders else " or =SPLIT")
         raise UsageError(
             f"{option} cannot be combined with inputs that name their splits ({first.given!r} "
             f"{kind}): {remedy}"
@@ -84,7 +84,9 @@ def resolve_source_splits(
     named = {index: split for index, split in by_name.items() if split}
     if named and option:
         if len(set(named.values())) > 1:
-            shown = ", ".join(f"{s.given!r} ({named[s.index]})" for s in unnamed if s.index in named)
+            shown = ", ".join(
+                f"{s.given!r} ({named[s.index]})" for s in unnamed if s.index in named
+            )
             raise UsageError(
                 f"the inputs are named like different splits ({shown}): {option} would merge "
                 "them; drop it to keep each as its split, or rename them"
@@ -105,9 +107,7 @@ def resolve_source_splits(
         {s.split for s in resolved if s.split}
         | {split for s in resolved for _, split in s.split_folders}
     )
-    return SourceSplits(
-        tuple(resolved), splits, _note(resolved, sorted(how)), _by_source(resolved)
-    )
+    return SourceSplits(tuple(resolved), splits, _note(resolved, sorted(how)), _by_source(resolved))
 
 
 def _is_folder_source(source: Source) -> bool:
@@ -184,7 +184,8 @@ def _note(sources: Sequence[Source], how: Sequence[str]) -> str:
     or `splits from the inputs' names: train ← data/train, test ← data/test`."""
     if len(sources) == 1 and sources[0].split_folders:
         folders = describe_folders(dict(sources[0].split_folders))
-        return f"splits from split folders in {sources[0].given} (root/<split>/<class>/…): {folders}"
+        where = f"split folders in {sources[0].given} (root/<split>/<class>/…)"
+        return f"splits from {where}: {folders}"
     parts = [
         f"{describe_folders(dict(s.split_folders))} (split folders in {s.given})"
         if s.split_folders

@@ -231,9 +231,7 @@ class TableRecords:
         texts = pa.array([str(v) for v in encoded.dictionary.to_pylist()], pa.string())
         return pc.take(texts, encoded.indices)
 
-    def _keys(
-        self, rows: np.ndarray, source_index: int, relative: str, splits, good, split=None
-    ):
+    def _keys(self, rows: np.ndarray, source_index: int, relative: str, splits, good, split=None):
         """Order keys (binary array) and split names (string array) of the good rows."""
         prefix = f"{source_index}:{relative}#"
         # Record keys ("0:table.csv#17"), built column-wise; only the hash runs per row.
