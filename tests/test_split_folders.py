@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import zlib
 
 import pytest
 from conftest import make_image, read_dataset, read_errors
@@ -23,9 +24,9 @@ PER_CLASS = 3
 
 def _make_tree(root, layout=TREE):
     for split, classes in layout.items():
-        for c, name in enumerate(classes):
+        for name in classes:
             for i in range(PER_CLASS):
-                seed = hash((split, name, i)) % 1000
+                seed = zlib.crc32(f"{split}/{name}/{i}".encode()) % 1000
                 make_image(root / split / name / f"{name}{i}.jpg", "JPEG", size=(16, 12), seed=seed)
     return root
 
@@ -47,9 +48,7 @@ def test_split_folder_names():
         "test",
         "zzz",
     )
-    assert describe_folders({"train": "train", "val": "validation"}) == (
-        "train, validation ← val/"
-    )
+    assert describe_folders({"train": "train", "val": "validation"}) == ("train, validation ← val/")
 
 
 def test_split_folders_become_splits_with_one_class_numbering(tmp_path, cli, tf):
