@@ -45,6 +45,20 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "--delimiter", help="CSV: field delimiter (default: the schema file's, else ',')"
     )
     inputs.add_argument(
+        "--null-values",
+        type=_null_values,
+        metavar="LIST",
+        help="CSV: comma-separated cell texts that mean a missing value, besides the empty cell "
+        "(default: pandas' read_csv defaults: NA, N/A, NaN, nan, null, NULL, None, <NA>, #N/A, "
+        "...; '' for the empty cell only). A missing cell's feature is left out of its Example",
+    )
+    inputs.add_argument(
+        "--drop-index",
+        action="store_true",
+        help="CSV: drop an unnamed first column, the index pandas' df.to_csv() writes unless "
+        "given index=False",
+    )
+    inputs.add_argument(
         "--stray-files",
         choices=STRAY_FILE_MODES,
         default="error",
@@ -154,6 +168,12 @@ def _check_text_options(args: argparse.Namespace) -> None:
                 raise UsageError(f"{option} {shown!r} is not valid UTF-8 text") from None
 
 
+def _null_values(value: str) -> tuple[str, ...]:
+    """--null-values: `NA,null` → ("", "NA", "null"); the empty cell is always missing."""
+    texts = [text.strip() for text in value.split(",")]
+    return ("", *dict.fromkeys(text for text in texts if text))
+
+
 def _label_mode(value: str) -> str:
     # Beam's Dataflow option --labels (job labels) shares the name; recordforge's hides it, so
     # Beam's must be passed by its other spelling, --label, which argparse then leaves to Beam.
@@ -234,7 +254,12 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         if args.labels != "auto":
             raise UsageError("--labels applies to image folders; for CSV use --label-column")
         csv_schema = preflight.resolve_csv_schema(
-            sources, schema_path=args.schema, roles=roles, delimiter=args.delimiter
+            sources,
+            schema_path=args.schema,
+            roles=roles,
+            delimiter=args.delimiter,
+            null_values=args.null_values,
+            drop_index=args.drop_index,
         )
     else:
         for option, value in (
@@ -242,6 +267,8 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
             ("--label-column", args.label_column),
             ("--split-column", args.split_column),
             ("--schema", args.schema),
+            ("--null-values", args.null_values),
+            ("--drop-index", args.drop_index),
         ):
             if value:
                 raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
@@ -266,6 +293,8 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         "follow_symlinks": args.follow_symlinks,
         "allowed_roots": list(allowed_roots),
         "stray_files": args.stray_files if args.stray_files != "error" else None,
+        "null_values": list(args.null_values) if args.null_values is not None else None,
+        "drop_index": args.drop_index,
     }
     return ConvertConfig(
         sources=sources,

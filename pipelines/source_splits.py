@@ -54,7 +54,8 @@ def resolve_source_splits(
     follow_symlinks: bool = False,
 ) -> SourceSplits:
     """Find the splits the inputs name: SOURCE=SPLIT, split folders (root/<split>/<class>/...),
-    or the sources' own names (data/train data/test, train.csv test.csv).
+    or the sources' own names when they name two splits or more (data/train data/test,
+    train.csv test.csv).
 
     Raises:
         UsageError: splits named so together with --splits or --split-column; some sources
@@ -92,6 +93,10 @@ def resolve_source_splits(
                 "them; drop it to keep each as its split, or rename them"
             )
         named = {}  # one input that happens to be called `test`: --splits divides it
+    if len(set(named.values())) < 2:
+        # One input called `train` (or `test`) alone, or several named alike: nothing to keep
+        # apart, and such a run converts as it always did.
+        named = {}
     if named:
         resolved = [s._replace(split=named[s.index]) if s.index in named else s for s in resolved]
         how.add("the inputs' names")

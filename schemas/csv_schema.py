@@ -12,6 +12,7 @@ import pyarrow as pa
 from recordforge.schemas.csv_document import (
     DTYPES,
     MISSING_RULES,
+    PANDAS_NULL_VALUES,
     ColumnEntry,
     SchemaError,
     parse_default,
@@ -83,7 +84,7 @@ class CsvSchema:
     """
 
     columns: tuple[ColumnSpec, ...]
-    null_values: tuple[str, ...] = ("",)
+    null_values: tuple[str, ...] = PANDAS_NULL_VALUES
     delimiter: str = ","
     origin: str = ""
     header: tuple[str, ...] = ()

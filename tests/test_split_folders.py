@@ -171,7 +171,7 @@ def test_explicit_splits_of_csv_files(tmp_path, cli, tf):
         (["{tree}", "--splits", "train=0.5,test=0.5"], "--splits cannot be combined"),
         (["{tree}/train=train", "--splits", "train=0.5,test=0.5"], "--splits cannot be combined"),
         (["{tree}/train", "{tree}/test", "--splits", "a=0.5,b=0.5"], "--splits would merge"),
-        (["{tree}/train", "{tree}/test/cat"], "has no split while other inputs name theirs"),
+        (["{tree}/train", "{tree}/test", "{tree}/test/cat"], "has no split while other inputs"),
         (["{tree}/train=train", "{tree}/test/cat"], "has no split while other inputs name"),
         (["{clash}"], "'dev' and 'val' both name the validation split"),
     ],
@@ -186,11 +186,15 @@ def test_mixing_splits_is_a_usage_error(tmp_path, cli, args, message):
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_one_input_named_like_a_split_may_still_be_divided(tmp_path, cli):
+def test_one_input_named_like_a_split_converts_as_before(tmp_path, cli):
     tree = _make_tree(tmp_path / "tree", {"test": ("cat", "dog")})
     result = cli("plan", tree / "test", "--splits", "train=0.5,validation=0.5", "--json")
     assert result.returncode == 0, result.stderr
     assert set(json.loads(result.stdout)["splits"]) == {"train", "validation"}
+    result = cli("plan", tree / "test", "--json")
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads(result.stdout)["splits"]) == {"train"}
+    assert not json.loads(result.stdout)["splits_note"]
 
 
 def test_split_names_among_class_folders_warn_and_stay_classes(tmp_path, cli):
