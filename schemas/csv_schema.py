@@ -12,7 +12,6 @@ import pyarrow as pa
 from recordforge.schemas.csv_document import (
     DTYPES,
     MISSING_RULES,
-    PANDAS_NULL_VALUES,
     ColumnEntry,
     SchemaError,
     parse_default,
@@ -76,7 +75,8 @@ class CsvSchema:
 
     Attributes:
         columns: the converted columns, in CSV header order (dropped columns excluded).
-        null_values: cell texts that mean "missing".
+        null_values: cell texts that mean "missing" (a schema resolved from a CSV gets
+            csv_document.PANDAS_NULL_VALUES unless told otherwise).
         delimiter: the field delimiter.
         origin: where the schema came from, for the manifest and messages.
         header: the full CSV header, dropped columns included; empty means the header is exactly
@@ -84,7 +84,7 @@ class CsvSchema:
     """
 
     columns: tuple[ColumnSpec, ...]
-    null_values: tuple[str, ...] = PANDAS_NULL_VALUES
+    null_values: tuple[str, ...] = ("",)
     delimiter: str = ","
     origin: str = ""
     header: tuple[str, ...] = ()
