@@ -139,7 +139,7 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
     """Classify each input as image folder/glob/file or CSV file/glob, and check it has files."""
     sources = []
     for index, argument in enumerate(given):
-        typed, split = _split_argument(argument, follow_symlinks)
+        typed, split = split_source_argument(argument, follow_symlinks)
         path = normalize_path(typed)
         raw = display(from_os(typed))  # as typed, for messages and the manifest
         if has_glob(path):
@@ -175,7 +175,7 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
     return tuple(sources)
 
 
-def _split_argument(argument: str, follow_symlinks: bool) -> tuple[str, str | None]:
+def split_source_argument(argument: str, follow_symlinks: bool) -> tuple[str, str | None]:
     """`SOURCE=SPLIT` → (SOURCE, SPLIT); a path that exists as typed (`a=b/`) is a path."""
     if "=" not in argument or _exists(normalize_path(argument), follow_symlinks):
         return argument, None

@@ -213,3 +213,12 @@ def test_plan_says_which_layout(tmp_path, cli):
     assert result.returncode == 0, result.stderr
     assert "splits from split folders in" in result.stdout
     assert "validation: 6 records" in result.stdout
+
+
+def test_the_flex_template_confines_a_named_split_to_its_source(tmp_path):
+    from recordforge.pipelines.flex_template import convert_arguments
+
+    (tmp_path / "photos").mkdir()
+    argv, _ = convert_arguments([f"--sources={tmp_path}/photos=train", "--output=gs://b/out"])
+    assert f"{tmp_path}/photos=train" in argv
+    assert f"--allowed-root={tmp_path}/photos" in argv
