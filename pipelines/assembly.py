@@ -14,11 +14,20 @@ from recordforge.pipelines.runner import (
     uses_default_runner,
 )
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords, PlanDataset
+from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.examples import ExamplesConfig, ReadTFRecordFiles, WriteExamples
 
 
 def build_pipeline(pipeline: beam.Pipeline, config: ConvertConfig):
     """Add the conversion to `pipeline`; returns the PCollection holding the manifest dict."""
     return pipeline | "ConvertToTFRecords" >> ConvertToTFRecords(config)
+
+
+def build_reshard_pipeline(
+    pipeline: beam.Pipeline, config: ExamplesConfig, inputs: tuple[TFRecordInput, ...]
+):
+    """Add resharding `inputs` to `pipeline`; returns the PCollection holding the manifest."""
+    return pipeline | "Reshard" >> WriteExamples(config, ReadTFRecordFiles(config, inputs))
 
 
 def build_plan_pipeline(pipeline: beam.Pipeline, config: ConvertConfig, report_path: str):

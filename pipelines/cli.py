@@ -1,4 +1,4 @@
-"""The `recordforge` command: convert, plan, verify, inspect, demo."""
+"""The `recordforge` command: convert, plan, reshard, verify, inspect, demo."""
 
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
+from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
 from recordforge.pipelines.runner import add_runner_options, beam_options, runner_args
+from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
@@ -115,6 +117,16 @@ def _parser() -> argparse.ArgumentParser:
     add_runner_options(plan)
     plan.set_defaults(handler=plan_command)
 
+    reshard = commands.add_parser(
+        "reshard",
+        help="reshard TFRecord files (a TFX ExampleGen output, say) into a planned dataset",
+        allow_abbrev=False,
+    )
+    add_reshard_options(reshard)
+    cli_options.add_output_options(reshard)
+    add_runner_options(reshard)
+    reshard.set_defaults(handler=reshard_command)
+
     inspect = commands.add_parser(
         "inspect",
         help="summarize a converted dataset and show its first records; --html for a page "
@@ -150,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     verify.set_defaults(handler=verify_command)
 
-    for sub in (convert, plan, inspect, demo, verify):
+    for sub in (convert, plan, reshard, inspect, demo, verify):
         sub.add_argument("-v", "--verbose", action="count", default=0, help="more detail")
         sub.add_argument("-q", "--quiet", action="count", default=0, help="less detail")
     return parser
@@ -208,6 +220,22 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     return EXIT_OK
 
 
+def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    output, config, inputs, options = prepare_reshard(args, beam_args)
+    started = time.monotonic()
+    try:
+        run_reshard(config, inputs, options)
+    except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
+        message = _refusal_message(error)
+        if message:
+            print(f"recordforge: failed: {message}", file=sys.stderr)
+            return EXIT_FAILED
+        LOGGER.error("resharding failed; no dataset_info.json was written", exc_info=error)
+        return EXIT_FAILED
+    _print_summary(open_dataset(output), time.monotonic() - started, verb="Resharded")
+    return EXIT_OK
+
+
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
     output, config, options = _prepare_conversion(args, beam_args)
@@ -248,20 +276,30 @@ def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     return output, config, options
 
 
+# Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
+# an input not read to its end, records whose feature types disagree.
+REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
+
+
 def _refusal_message(error: BaseException) -> str | None:
-    """The message of a run the pipeline itself refused (too many bad inputs, an input that
-    changed during the run), else None."""
+    """The message of a run the pipeline itself refused, else None."""
+    refusal = refusal_in(error)
+    return None if refusal is None else str(refusal)
+
+
+def refusal_in(error: BaseException) -> Exception | None:
+    """The refusal (one of REFUSALS) a failed run's exception carries, as raised; else None."""
     # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
     # text when the worker was another process), so look for it by name in the chain.
-    refusals = (ErrorRateExceeded, InputChanged, InputIncomplete)
-    markers = [kind.__name__ + ": " for kind in refusals]
     while error is not None:
-        if isinstance(error, refusals):
-            return str(error).split(" [while running")[0]
+        if isinstance(error, REFUSALS):
+            return type(error)(str(error).split(" [while running")[0])
         text = str(error)
-        for marker in markers:
+        for kind in REFUSALS:
+            marker = kind.__name__ + ": "
             if marker in text:
-                return text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
+                message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
+                return kind(message)
         error = error.__cause__ or error.__context__
     return None
 
@@ -278,10 +316,10 @@ def _read_json(path: str) -> dict:
         return json.loads(f.read().decode("utf-8"))
 
 
-def _print_summary(dataset: DatasetFolder, seconds: float) -> None:
+def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converted") -> None:
     manifest, output = dataset.manifest.to_dict(), dataset.folder
     print(
-        f"Converted {plural(manifest['num_inputs'], 'input')} into "
+        f"{verb} {plural(manifest['num_inputs'], 'input')} into "
         f"{plural(manifest['num_records'], 'record')} in {seconds:.1f} s"
     )
     source = manifest.get("source") or {}

@@ -321,7 +321,12 @@ def _error_record(line: bytes) -> ErrorRecord:
     entry = json.loads(line)
     source = entry["source"]
     return ErrorRecord(
-        str(source["path"]), source.get("row"), entry["stage"], entry["error"], entry["message"]
+        str(source["path"]),
+        source.get("row"),
+        entry["stage"],
+        entry["error"],
+        entry["message"],
+        source.get("offset"),
     )
 
 

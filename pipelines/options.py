@@ -93,18 +93,32 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         help="reject images with more pixels as decompression bombs (default: Pillow's "
         f"limit, {DEFAULT_MAX_PIXELS:,})",
     )
+    add_split_options(parser, column=True)
+    add_sharding_options(parser)
+    add_error_rate_option(parser)
+
+
+def add_split_options(
+    parser: argparse.ArgumentParser, *, column: bool, default: str = "train=1"
+) -> None:
+    """--splits and --split-salt, and --split-column for CSV inputs (`column`)."""
     splits = parser.add_argument_group("splits")
     splits.add_argument(
         "--splits",
         help="fractions per split by a salted hash of each input's key, e.g. "
-        "train=0.8,validation=0.1,test=0.1 (default: train=1)",
+        f"train=0.8,validation=0.1,test=0.1 (default: {default})",
     )
-    splits.add_argument("--split-column", help="CSV: column naming each row's split")
+    if column:
+        splits.add_argument("--split-column", help="CSV: column naming each row's split")
     splits.add_argument(
         "--split-salt",
         default="recordforge",
         help="salt of the split and order hashes; change it to draw other splits",
     )
+
+
+def add_sharding_options(parser: argparse.ArgumentParser) -> None:
+    """The planner's thresholds."""
     sharding = parser.add_argument_group("sharding")
     sharding.add_argument(
         "--num-hosts",
@@ -119,6 +133,9 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "--max-shard-mb", type=float, default=200, help="largest shard, in MiB (default: 200)"
     )
     sharding.add_argument("--num-shards", type=int, help="force this many shards per split")
+
+
+def add_error_rate_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-error-rate",
         type=float,
@@ -224,9 +241,8 @@ def tool_version() -> str:
 def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConfig:
     """Validate the options and inputs and resolve them into a ConvertConfig (no writes)."""
     _check_text_options(args)
-    sharding = _sharding(args)
-    if args.max_error_rate is not None and not 0 <= args.max_error_rate <= 1:
-        raise UsageError(f"--max-error-rate must be between 0 and 1, got {args.max_error_rate:g}")
+    sharding = sharding_config(args)
+    check_error_rate(args.max_error_rate)
     if not 1 <= args.max_image_pixels <= MAX_IMAGE_PIXELS_LIMIT:
         raise UsageError(
             f"--max-image-pixels must be between 1 and {MAX_IMAGE_PIXELS_LIMIT:,}, "
@@ -272,20 +288,7 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
         ):
             if value:
                 raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
-    name = getattr(args, "name", None)
-    if output is not None:
-        name = name or preflight.default_name(output)
-        preflight.check_name(name)
-    compression = getattr(args, "compression", "none")
-    write_index = getattr(args, "write_index", False)
-    tfds = getattr(args, "tfds", False)
-    if compression != "none" and write_index:
-        raise UsageError(
-            "--write-index needs uncompressed shards: an index locates records by byte offset, "
-            "which --compression gzip hides"
-        )
-    if compression != "none" and tfds:
-        raise UsageError("--tfds needs uncompressed shards: TensorFlow Datasets reads no gzip")
+    name, compression, write_index, tfds = output_settings(args, output)
     allowed_roots = preflight.resolve_allowed_roots(args.allowed_root or (), sources)
     # Recorded only when not the default, so that a manifest made without them is unchanged.
     chosen = {
@@ -337,7 +340,36 @@ def build_config(args: argparse.Namespace, *, output: str | None) -> ConvertConf
     )
 
 
-def _sharding(args: argparse.Namespace) -> ShardingConfig:
+def check_error_rate(rate: float | None) -> None:
+    if rate is not None and not 0 <= rate <= 1:
+        raise UsageError(f"--max-error-rate must be between 0 and 1, got {rate:g}")
+
+
+def output_settings(
+    args: argparse.Namespace, output: str | None
+) -> tuple[str | None, str, bool, bool]:
+    """(name, compression, write_index, tfds) of the output options, checked together."""
+    name = getattr(args, "name", None)
+    if output is not None:
+        name = name or preflight.default_name(output)
+        preflight.check_name(name)
+    compression = getattr(args, "compression", "none")
+    write_index = getattr(args, "write_index", False)
+    tfds = getattr(args, "tfds", False)
+    if compression not in COMPRESSIONS:
+        raise UsageError(f"--compression must be one of {', '.join(COMPRESSIONS)}")
+    if compression != "none" and write_index:
+        raise UsageError(
+            "--write-index needs uncompressed shards: an index locates records by byte offset, "
+            "which --compression gzip hides"
+        )
+    if compression != "none" and tfds:
+        raise UsageError("--tfds needs uncompressed shards: TensorFlow Datasets reads no gzip")
+    return name, compression, write_index, tfds
+
+
+def sharding_config(args: argparse.Namespace) -> ShardingConfig:
+    """The planner's thresholds from --num-hosts, --min/max-shard-mb and --num-shards."""
     if not 1 <= args.num_hosts <= MAX_COUNT:
         raise UsageError(f"--num-hosts must be between 1 and {MAX_COUNT:,}, got {args.num_hosts}")
     for option, value in (

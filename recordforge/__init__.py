@@ -4,10 +4,13 @@ The subpackages are `recordforge.pipelines` (the CLI and the entry points), `rec
 (Beam transforms, and the pure logic they wrap in `recordforge.transforms.core`) and
 `recordforge.schemas` (feature specs, the Example codec, the manifest model).
 
-The reading side is here: `load(folder, split)` gives a tf.data.Dataset (TensorFlow is imported
-only when it is called), `iterate(folder, split)` plain dicts without TensorFlow,
-`open_dataset(folder)` the manifest and the shards. Names are imported when first used, so
-`import recordforge` stays cheap and pure modules can be imported without Apache Beam.
+Writing from Python: `reshard(inputs, output, **options)` turns TFRecord files into a planned
+dataset, and `WriteDataset(output, **options)` is a Beam PTransform that writes the records of
+your own pipeline as `convert` writes its own. Reading: `load(folder, split)` gives a
+tf.data.Dataset (TensorFlow is imported only when it is called), `iterate(folder, split)`
+plain dicts without TensorFlow, `open_dataset(folder)` the manifest and the shards. Names are
+imported when first used, so `import recordforge` stays cheap and pure modules can be imported
+without Apache Beam.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ if not (_here / "pipelines").is_dir() and (_here.parent / "pyproject.toml").is_f
 
 _PUBLIC = {
     "DatasetFolder": "recordforge.pipelines.dataset",
+    "WriteDataset": "recordforge.pipelines.write_dataset",
+    "reshard": "recordforge.pipelines.reshard",
     "iterate": "recordforge.pipelines.dataset",
     "open_dataset": "recordforge.pipelines.dataset",
     "feature_spec": "recordforge.pipelines.tf_dataset",

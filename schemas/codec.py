@@ -98,3 +98,26 @@ def to_python(example: Example) -> dict[str, FeatureValues]:
         else:
             result[key] = ("bytes", [])  # a feature with no kind set parses as an empty list
     return result
+
+
+_KIND_DTYPES = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
+
+# (key, dtype or None for a feature with no list set, number of values), in key order.
+FeatureFacts = tuple[tuple[str, str | None, int], ...]
+
+
+def feature_facts(example: Example) -> FeatureFacts:
+    """What each feature of an Example holds: (key, dtype, number of values), in key order.
+
+    A Feature with no list set reads as an empty list of any type (TensorFlow parses it so):
+    its dtype is None.
+    """
+    facts = []
+    for key, feature in example.features.feature.items():
+        kind = feature.WhichOneof("kind")
+        if kind is None:
+            facts.append((key, None, 0))
+        else:
+            facts.append((key, _KIND_DTYPES[kind], len(getattr(feature, kind).value)))
+    facts.sort()
+    return tuple(facts)

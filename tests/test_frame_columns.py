@@ -121,6 +121,23 @@ def test_framing_in_order_is_framing_the_sorted_records(column_and_order, per_bu
     ]
 
 
+@settings(max_examples=50, deadline=None)
+@given(chunked_records(), st.integers(1, 200))
+def test_buffers_hold_at_most_their_bytes_unless_one_record_is_more(column_and_order, budget):
+    # Large records (Examples holding images) must not be framed a whole shard at a time.
+    column, order = column_and_order
+    records = column.to_pylist()
+    buffers = [b.to_pybytes() for b in frame_in_order(column, np.array(order, np.int64), 7, budget)]
+    assert b"".join(buffers) == frame_records([records[i] for i in order])
+    framed = iter([len(records[i]) + 16 for i in order])
+    for buffer in buffers:
+        sizes = []
+        while sum(sizes) < len(buffer):
+            sizes.append(next(framed))
+        assert sum(sizes) == len(buffer) and len(sizes) <= 7
+        assert len(buffer) <= budget or len(sizes) == 1
+
+
 def test_framing_in_order_refuses_nulls_in_any_chunk():
     column = pa.chunked_array([pa.array([b"a"]), pa.array([b"b", None])])
     with pytest.raises(ValueError, match="null"):

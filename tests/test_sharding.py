@@ -54,7 +54,7 @@ def stats_for(total: int, record: int = IMAGE) -> SplitStats:
     )
 
 
-# (total bytes, reading hosts) -> expected shard count (see DESIGN.md's rule).
+# (total bytes, reading hosts) -> expected shard count (docs/design.md, "The sharding planner").
 PLAN_TABLE = [
     # 10 MiB: no more than one minimum-size shard, whatever the hosts.
     (10 * MIB, 1, 1),

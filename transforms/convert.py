@@ -319,7 +319,7 @@ class ConvertToTFRecords(beam.PTransform):
         config = self._config
         planned = pbegin | "Plan" >> _Planned(config, assign=True)
         proceed = planned["counts"] | "WithinErrorRate" >> beam.Map(
-            _within_error_rate, config.max_error_rate
+            within_error_rate, config.max_error_rate
         )
         written = planned["assigned"] | "WriteShards" >> WriteShards(
             config.output,
@@ -366,7 +366,8 @@ class ConvertToTFRecords(beam.PTransform):
         )
 
 
-def _within_error_rate(counts: InputCounts, limit: float | None) -> bool:
+def within_error_rate(counts: InputCounts, limit: float | None) -> bool:
+    """Whether few enough inputs failed before writing for the run to write its shards."""
     return limit is None or counts.early_errors <= limit * counts.num_inputs
 
 

@@ -30,7 +30,13 @@ from recordforge.transforms.core.fingerprint import FileFingerprint, Fingerprint
 from recordforge.transforms.core.labels import LabelMap, LabelTally, UnknownLabel, resolve_labels
 from recordforge.transforms.core.paths import relative_path
 from recordforge.transforms.core.placement import place_batch
-from recordforge.transforms.core.records import CsvRoles, Source, SpilledPiece
+from recordforge.transforms.core.records import (
+    CsvRoles,
+    Source,
+    SpilledPiece,
+    concat_batches,
+    is_small_piece,
+)
 from recordforge.transforms.core.table_records import TableRecords
 from recordforge.transforms.discover import (
     RECEIPTS,
@@ -351,8 +357,8 @@ class _PlaceTableFn(beam.DoFn):
             for piece in cut:
                 yield beam.pvalue.TaggedOutput(CUT, piece)
             for key, piece in pieces:
-                if isinstance(piece, pa.RecordBatch):
-                    piece = self._spill.add(piece)
+                if not is_small_piece(piece):
+                    piece = self._spill.add(concat_batches([piece]))
                 yield key, piece
 
     def finish_bundle(self):

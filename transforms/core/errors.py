@@ -33,10 +33,11 @@ class InputError(Exception):
         return (type(self), (self.kind, self.message))
 
 
-class UsageError(Exception):
+class UsageError(ValueError):
     """The tool was asked for something it cannot do (bad path, bad option, bad schema file).
 
     The CLI reports the message as one line on stderr and exits with status 2, without a traceback.
+    A ValueError, for library callers (recordforge.reshard, recordforge.WriteDataset).
     """
 
 

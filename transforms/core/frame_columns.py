@@ -29,15 +29,25 @@ _VIEW = 16  # bytes per binary view
 
 def frame_binary_array(records: pa.Array | pa.ChunkedArray) -> pa.Buffer:
     """The records of a binary array (no nulls), each in TFRecord framing, concatenated."""
-    buffers = list(frame_in_order(records, np.arange(len(records)), max(len(records), 1)))
+    whole = max(len(records), 1)
+    buffers = list(frame_in_order(records, np.arange(len(records)), whole, buffer_bytes=2**62))
     return buffers[0] if buffers else pa.py_buffer(b"")
 
 
+# A buffer of framed records holds at most this many bytes, unless one record alone is more:
+# a shard of large records (Examples holding images) is not copied whole into one buffer.
+BUFFER_BYTES = 16 << 20
+
+
 def frame_in_order(
-    records: pa.Array | pa.ChunkedArray, order: np.ndarray, per_buffer: int
+    records: pa.Array | pa.ChunkedArray,
+    order: np.ndarray,
+    per_buffer: int,
+    buffer_bytes: int = BUFFER_BYTES,
 ) -> Iterator[pa.Buffer]:
     """`records[order[0]]`, `records[order[1]]`, ... (binary, no nulls), each in TFRecord
-    framing, concatenated; as buffers of at most `per_buffer` records each."""
+    framing, concatenated; as buffers of at most `per_buffer` records and `buffer_bytes` bytes
+    (or one record) each. How they are cut does not change the bytes."""
     chunks = _binary_chunks(records)
     if not chunks:
         return
@@ -45,10 +55,14 @@ def frame_in_order(
     lengths = views.view("<i4")[:, 1, 0].astype(np.int64)  # a record's view starts with it
     data = [c.buffers()[2] or pa.py_buffer(b"") for c in chunks]
     order = np.asarray(order, dtype=np.int64)
-    for first in range(0, len(order), per_buffer):
+    first = 0
+    while first < len(order):
         taken = order[first : first + per_buffer]
-        count = len(taken)
-        total = int(lengths[taken].sum()) + FRAMING_BYTES * count
+        framed_sizes = np.cumsum(lengths[taken] + FRAMING_BYTES)
+        count = max(int(np.searchsorted(framed_sizes, buffer_bytes, side="right")), 1)
+        taken = taken[:count]
+        first += count
+        total = int(framed_sizes[count - 1])
         # Framed records beyond int32 offsets are copied out as large_binary.
         binary_type = pa.large_binary() if total > _INT32_MAX else pa.binary()
         pieces = pa.Array.from_buffers(

@@ -29,6 +29,24 @@ def order_key(salt: str, key: str) -> bytes:
     return _hash64(b"order", salt, key) + key.encode("utf-8")
 
 
+# A content key is this many bytes of BLAKE2b, as hex: two different records share one with a
+# probability of about n² / 2^129 (n records), which is never for any dataset that exists.
+CONTENT_KEY_BYTES = 16
+
+
+def content_key(data: bytes) -> str:
+    """The stable key of a record that has no name of its own: a hash of its serialized bytes.
+
+    Records that arrive serialized (TFRecord files to reshard, WriteDataset's input) carry no
+    path or row. Their bytes are what stays the same when the same data is written again in
+    other files, another order, or by other workers, so the output depends on the records
+    alone, not on how they were laid out (TFX's ExampleGen splits by a hash of the bytes too).
+    Equal records get equal keys: they land in the same split (a duplicate never leaks from
+    train into test) and next to each other; being equal, their order is no choice at all.
+    """
+    return hashlib.blake2b(data, digest_size=CONTENT_KEY_BYTES).hexdigest()
+
+
 def hash_of(order: bytes) -> int:
     """The 64-bit hash an order key starts with."""
     return int.from_bytes(order[:HASH_BYTES], "big")

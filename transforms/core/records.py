@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from recordforge.transforms.core.filenames import display
+from recordforge.transforms.core.tfrecord import FRAMING_BYTES
 
 
 def pack(records: Iterable[tuple]) -> list[tuple]:
@@ -161,6 +162,28 @@ def ref_batch(refs: Iterable[RecordRef]) -> pa.RecordBatch:
     )
 
 
+def complete_batch(
+    splits: Sequence[str], orders: Sequence[bytes], examples: pa.Array
+) -> pa.RecordBatch:
+    """RecordRefs of records that are complete already (no payload to read at write time): the
+    serialized Examples `examples` (binary), sized with their framing; other columns null."""
+    lengths = pa.compute.binary_length(examples).to_numpy(zero_copy_only=False)
+    given = {
+        "split": pa.array(splits, pa.string()),
+        "order": pa.array(orders, pa.binary()),
+        "size": pa.array(lengths.astype(np.int64) + FRAMING_BYTES, pa.int64()),
+        "example": examples,
+    }
+    columns = [given.get(f.name, pa.nulls(len(examples), f.type)) for f in REF_SCHEMA]
+    return pa.record_batch(columns, schema=REF_SCHEMA)
+
+
+def without_examples(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with its `example` column emptied: what planning needs (sizes, orders) only."""
+    index = batch.schema.get_field_index("example")
+    return batch.set_column(index, batch.schema.field(index), pa.nulls(batch.num_rows, pa.binary()))
+
+
 # A piece of a few records crosses a shuffle as plain column lists, not as a RecordBatch: Beam
 # pickles a RecordBatch with its schema (~1.3 KB however few its rows), while lists of plain
 # values take its native coder. With thousands of shards a 256-record batch falls apart into
@@ -169,6 +192,19 @@ SMALL_PIECE_ROWS = 32
 # REF_SCHEMA's columns as Python lists, one value per record.
 RefColumns = tuple[list, ...]
 RefPiece = pa.RecordBatch | RefColumns
+# A piece of fewer records still holding this many bytes of Examples is parked in a spill file
+# by the steps that park pieces (transforms/table.py PlaceTable): large Examples (images inside
+# TFRecord inputs) make pieces of a record or two, and those would carry megabytes through a
+# shuffle. Below it, a piece costs the shuffle less than a spill file's Arrow stream would.
+SMALL_PIECE_BYTES = 8192
+_EXAMPLE_COLUMN = REF_SCHEMA.get_field_index("example")
+
+
+def is_small_piece(piece: RefPiece) -> bool:
+    """Whether a piece travels as it is rather than parked: few records and few bytes."""
+    if isinstance(piece, pa.RecordBatch):
+        return False
+    return sum(len(example) for example in piece[_EXAMPLE_COLUMN] if example) < SMALL_PIECE_BYTES
 
 
 def take_piece(batch: pa.RecordBatch, positions: Sequence[int], lists: list) -> RefPiece:
@@ -292,13 +328,18 @@ def refs_of(piece: RefPiece | pa.Table) -> list[RecordRef]:
 
 
 class ErrorRecord(NamedTuple):
-    """One quarantined input: where it came from, at which stage it failed, and why."""
+    """One quarantined input: where it came from, at which stage it failed, and why.
+
+    `offset`: for a record of a TFRecord file, the byte offset of its frame (in the
+    decompressed stream of a gzip file).
+    """
 
     path: str
     row: int | None
     stage: str
     error: str
     message: str
+    offset: int | None = None
 
     def to_json_line(self) -> str:
         # A file name that is not UTF-8 appears escaped (core.filenames), in the path and in
@@ -306,12 +347,21 @@ class ErrorRecord(NamedTuple):
         source = {"path": display(self.path)}
         if self.row is not None:
             source["row"] = self.row
+        if self.offset is not None:
+            source["offset"] = self.offset
         message = display(self.message)
         line = {"source": source, "stage": self.stage, "error": self.error, "message": message}
         return json.dumps(line, ensure_ascii=False, sort_keys=True)
 
     def sort_key(self) -> tuple:
-        return (self.path, self.row if self.row is not None else -1, self.error, self.message)
+        row = self.row if self.row is not None else -1
+        return (
+            self.path,
+            row,
+            self.offset if self.offset is not None else -1,
+            self.error,
+            self.message,
+        )
 
 
 class ShardResult(NamedTuple):

@@ -1,9 +1,9 @@
 """The sharding planner: how many shards a split gets, and which record goes to which shard.
 
-The rule follows TensorFlow's guidance (see DESIGN.md): about 10·N files for N reading hosts when
-each can still be at least the minimum size; files near the maximum size when the data is large;
-fewer files when the data is small; a multiple of N when possible; never an empty shard, never more
-shards than records.
+The rule follows TensorFlow's guidance (docs/design.md, "The sharding planner"): about 10·N
+files for N reading hosts when each can still be at least the minimum size; files near the maximum
+size when the data is large; fewer files when the data is small; a multiple of N when possible;
+never an empty shard, never more shards than records.
 
 Assignment is exact and byte-balanced. Records are laid end to end in order-key order (a salted
 hash, so the order is pseudo-random but fixed); a record whose first byte sits at position p of a

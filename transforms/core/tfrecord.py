@@ -143,6 +143,11 @@ def _read_up_to(stream: BinaryIO, n: int) -> bytes:
     return b"".join(parts)
 
 
+def is_frame_header(head: bytes) -> bool:
+    """Whether 12 bytes are a TFRecord frame header: a length and its masked CRC32C."""
+    return len(head) == 12 and _CRC.unpack_from(head, 8)[0] == masked_crc32c(head[:8])
+
+
 def read_records(stream: BinaryIO) -> Iterator[bytes]:
     """Yield the records of an uncompressed TFRecord stream, checking both CRCs of each.
 

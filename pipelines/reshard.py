@@ -1,0 +1,297 @@
+"""`recordforge reshard` and `recordforge.reshard`: TFRecord files into a planned dataset.
+
+The inputs are TFRecord files of tf.train.Examples (plain or gzip), globs of them, or folders
+holding them, such as a TFX ExampleGen output folder (`Split-train/data_tfrecord-…-of-….gz`).
+They are listed here, before anything runs, because their place decides their splits: files in
+ExampleGen's `Split-{name}` folders, or named as the shards of a recordforge or TFDS dataset
+(`{name}-{split}.tfrecord-…`), keep that split; with --splits every record is split by a hash
+of its bytes instead. The records are copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import preflight
+from recordforge.pipelines.assembly import build_reshard_pipeline, run_pipeline
+from recordforge.pipelines.dataset import DatasetFolder, open_dataset
+from recordforge.pipelines.runner import beam_options, runner_args
+from recordforge.schemas.features import FeatureType, feature_types
+from recordforge.transforms.commit import remove_tree
+from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.naming import is_valid_split_name
+from recordforge.transforms.core.paths import glob_root, has_glob, is_hidden, relative_path
+from recordforge.transforms.core.tfrecord_inputs import TFRecordInput, is_metadata, split_of
+from recordforge.transforms.examples import ExamplesConfig
+from recordforge.transforms.listing import list_files
+from recordforge.transforms.remote_reads import open_file
+from recordforge.transforms.storage_errors import STORAGE_ERRORS
+
+LOGGER = logging.getLogger("recordforge")
+
+
+def add_reshard_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="IN",
+        help="TFRecord files of tf.train.Examples (plain or gzip), globs of them, or folders "
+        "holding them (a TFX ExampleGen output folder keeps its Split-* splits); local or gs://",
+    )
+    cli_options.add_split_options(
+        parser, column=False, default="the splits the inputs' folders or names give, else train=1"
+    )
+    parser.add_argument(
+        "--schema",
+        help="a YAML or JSON file typing features (features: {key: dtype or {dtype, shape}}; a "
+        "recordforge dataset_info.json is one): records that disagree go to the quarantine. "
+        "Default: typed by what the records hold",
+    )
+    cli_options.add_sharding_options(parser)
+    cli_options.add_error_rate_option(parser)
+
+
+def reshard(
+    inputs: str | Sequence[str],
+    output: str,
+    *,
+    beam_args: Sequence[str] = (),
+    **options,
+) -> DatasetFolder:
+    """Reshard TFRecord files into a planned, balanced dataset in `output`; return it.
+
+    `inputs`: files, globs or folders, as `recordforge reshard` takes them. `options` are the
+    command's options with underscores (num_hosts=8, splits="train=0.9,test=0.1", schema=...,
+    overwrite=True, ...); `beam_args` Beam's (["--runner", "portable", ...]), runner included.
+
+    Raises:
+        UsageError (a ValueError): an option or input the command would refuse.
+        ErrorRateExceeded, MixedFeatureTypes: the run refused to commit (nothing written).
+        Whatever the runner raises when the pipeline fails otherwise.
+    """
+    from recordforge.pipelines.cli import refusal_in
+
+    args = reshard_arguments([inputs] if isinstance(inputs, str) else list(inputs), output, options)
+    output, config, files, beam = prepare_reshard(args, beam_args)
+    try:
+        run_reshard(config, files, beam)
+    except Exception as error:
+        refused = refusal_in(error)
+        if refused is None:
+            raise
+        raise refused from None
+    return open_dataset(output)
+
+
+def reshard_arguments(inputs: list[str], output: str, options: Mapping) -> argparse.Namespace:
+    """The command's arguments for a Python call: its defaults, overridden by `options`."""
+    from recordforge.pipelines.cli import command_parser
+
+    args = command_parser("reshard").parse_args([*inputs, "--output", output])
+    for key, value in options.items():
+        if key in ("inputs", "output", "handler", "verbose", "quiet") or not hasattr(args, key):
+            raise UsageError(f"reshard() has no option {key!r}")
+        if key == "splits" and isinstance(value, Mapping):
+            value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
+        setattr(args, key, value)
+    return args
+
+
+def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
+    """Check the options, inputs and output, and clear a dataset --overwrite replaces.
+
+    Returns (output, ExamplesConfig, TFRecordInputs, PipelineOptions).
+    """
+    output = preflight.normalize_path(args.output)
+    config, inputs = build_reshard_config(args, output=output)
+    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+    old_files = preflight.check_output(output, (), overwrite=args.overwrite)
+    preflight.check_writable(output)
+    if old_files:
+        LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
+        preflight.delete_files(old_files, output)
+    LOGGER.info(
+        "resharding %d TFRecord files into %s (splits %s)",
+        len(inputs),
+        output,
+        describe_splits(config),
+    )
+    return output, config, inputs, options
+
+
+def run_reshard(
+    config: ExamplesConfig, inputs: tuple[TFRecordInput, ...], options: PipelineOptions
+) -> None:
+    """Run the pipeline; a failed run leaves no temporary files."""
+    try:
+        run_pipeline(options, lambda pipeline: build_reshard_pipeline(pipeline, config, inputs))
+    except BaseException:
+        try:
+            remove_tree(config.spill_dir)
+        except Exception:  # noqa: BLE001  (best effort: the run already failed)
+            LOGGER.warning("could not remove %s", config.spill_dir)
+        raise
+
+
+def build_reshard_config(
+    args: argparse.Namespace, *, output: str
+) -> tuple[ExamplesConfig, tuple[TFRecordInput, ...]]:
+    """Validate the options, list the inputs, and resolve both into a config (no writes)."""
+    sharding = cli_options.sharding_config(args)
+    cli_options.check_error_rate(args.max_error_rate)
+    name, compression, write_index, tfds = cli_options.output_settings(args, output)
+    hashed = preflight.parse_splits(args.splits) if args.splits else None
+    inputs, hidden, metadata = list_inputs(args.inputs, hashed=hashed is not None, output=output)
+    kept = sorted({file.split for file in inputs if file.split is not None})
+    if hashed is not None:
+        splits, configured, split_from = hashed, tuple(name for name, _ in hashed), "hash"
+    elif kept:
+        splits, configured, split_from = (("train", 1.0),), (), "input"
+    else:
+        splits, configured, split_from = (("train", 1.0),), ("train",), "hash"
+    types = load_feature_schema(args.schema) if args.schema else {}
+    config = ExamplesConfig(
+        output=output,
+        name=name,
+        splits=splits,
+        configured_splits=configured,
+        salt=args.split_salt,
+        types=types,
+        sharding=sharding,
+        compression=compression,
+        write_index=write_index,
+        tfds=tfds,
+        max_error_rate=args.max_error_rate,
+        run_id=uuid.uuid4().hex[:12],
+        tool_version=cli_options.tool_version(),
+        options={
+            "name": name,
+            "splits": dict(splits) if split_from == "hash" else None,
+            "splits_from": split_from,
+            "split_salt": args.split_salt,
+            "schema": {key: rule.to_dict() for key, rule in sorted(types.items())} or None,
+            "compression": compression,
+            "write_index": write_index,
+            "tfds": tfds,
+            "sharding": sharding.to_dict(),
+        },
+        source={
+            "inputs": list(args.inputs),
+            "kind": "tfrecord",
+            "files": len(inputs),
+            "splits": kept if split_from == "input" else None,
+            "skipped_metadata_files": metadata,
+        },
+        ignored=hidden,
+    )
+    return config, inputs
+
+
+def list_inputs(
+    given: Sequence[str], *, hashed: bool, output: str | None = None
+) -> tuple[tuple[TFRecordInput, ...], int, int]:
+    """(the TFRecord files the inputs name, each once; hidden files skipped; metadata files
+    skipped).
+
+    A dataset's metadata (manifests, index and errors files) holds no records. A file's split
+    is the one its place names (see split_of), unless `hashed`.
+
+    Raises:
+        UsageError: an input that does not exist or holds no file, a split name that cannot
+            name shard files, inputs of which some name splits and others do not, or inputs
+            and `output` inside one another.
+    """
+    found: dict[str, TFRecordInput] = {}
+    hidden = metadata = 0
+    for index, raw in enumerate(given):
+        path = preflight.normalize_path(raw)
+        if has_glob(path):
+            files, root = list_files(path), glob_root(path)
+            if not files:
+                raise UsageError(f"no files match {raw!r}")
+        elif path in list_files(path):
+            files, root = [path], None
+        else:
+            root = path.rstrip("/")
+            files = list_files(root + "/**")
+            if not files:
+                raise UsageError(f"input not found: {raw!r}")
+        kept = 0
+        for file in files:
+            relative = relative_path(file, root or file.rsplit("/", 1)[0])
+            if is_hidden(relative):
+                hidden += 1
+                continue
+            if is_metadata(relative):
+                metadata += 1
+                continue
+            kept += 1
+            if file not in found:
+                split = None if hashed else split_of(file)
+                if split is not None and not is_valid_split_name(split):
+                    raise UsageError(
+                        f"{file} is in split {split!r}, which cannot name shard files "
+                        "(letters, digits, '_', '-'); give --splits to split by hash instead"
+                    )
+                found[file] = TFRecordInput(file, split, index)
+        if not kept:
+            raise UsageError(f"input {raw!r} holds no TFRecord files (hidden files do not count)")
+        if output is not None:
+            check_apart(output, raw, root, files)
+    inputs = tuple(found.values())
+    named = [file for file in inputs if file.split is not None]
+    if named and len(named) < len(inputs):
+        unnamed = next(file.path for file in inputs if file.split is None)
+        raise UsageError(
+            f"some inputs are in splits ({named[0].path} is in {named[0].split!r}) and others "
+            f"are not ({unnamed}); give --splits to split every record by hash, or reshard them "
+            "apart"
+        )
+    return inputs, hidden, metadata
+
+
+def check_apart(output: str, given: str, root: str | None, files: Sequence[str]) -> None:
+    """Neither inside the other: an input's files inside the output folder would be deleted by
+    --overwrite before they are read; an output inside an input folder (`root`, None for a
+    file) read by the next run."""
+    inside = output.rstrip("/") + "/"
+    for file in files:
+        if file.startswith(inside):
+            raise UsageError(
+                f"the input {file} is inside the output folder {output!r}; write the new "
+                "dataset to another folder"
+            )
+    if root is not None and inside.startswith(root.rstrip("/") + "/"):
+        raise UsageError(
+            f"the output folder {output!r} is inside the input {given!r}; its files would be "
+            "read as inputs"
+        )
+
+
+def load_feature_schema(path: str) -> dict[str, FeatureType]:
+    """{key: FeatureType} from a YAML or JSON file (a recordforge manifest is one)."""
+    try:
+        with open_file(preflight.normalize_path(path)) as f:
+            document = yaml.safe_load(f.read().decode("utf-8"))
+    except STORAGE_ERRORS as error:
+        raise UsageError(f"cannot read schema file {path!r}: {error}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as error:
+        raise UsageError(f"schema file {path!r} is not YAML or JSON text: {error}") from None
+    try:
+        return feature_types(document)
+    except ValueError as error:
+        raise UsageError(f"schema file {path!r}: {error}") from None
+
+
+def describe_splits(config: ExamplesConfig) -> str:
+    """How the records get their splits, for the log."""
+    if config.options.get("splits_from") == "input":
+        return "kept from the inputs: " + ", ".join(config.source.get("splits") or [])
+    return "by hash: " + ", ".join(f"{n}={f:g}" for n, f in config.splits)

@@ -1,0 +1,299 @@
+"""`recordforge reshard`: TFRecord files (a TFX ExampleGen output, globs, plain and gzip, corrupt
+ones) into a planned dataset; the records are the input's, byte for byte.
+
+Inputs are written by TensorFlow itself (tf.io.TFRecordWriter, tf.train.Example), as ExampleGen
+writes them; outputs are read back with tf.data and checked by `recordforge verify`.
+"""
+
+from __future__ import annotations
+
+import collections
+import gzip
+import json
+import pathlib
+import random
+
+import pytest
+from conftest import read_dataset, read_errors, run_cli, shard_files
+
+import recordforge
+from recordforge.transforms.core.tfrecord import frame_record, read_records
+
+SMALL_SHARDS = ("--min-shard-mb", "0.05", "--max-shard-mb", "0.2")
+
+
+def examples(count: int, seed: int) -> list[bytes]:
+    """`count` serialized tf.train.Examples of varied sizes (about 50 B to 4 KB)."""
+    import tensorflow as tf
+
+    rng = random.Random(seed)
+    records = []
+    for i in range(count):
+        feature = {
+            "id": tf.train.Feature(int64_list=tf.train.Int64List(value=[seed * 100_000 + i])),
+            "score": tf.train.Feature(float_list=tf.train.FloatList(value=[rng.random()])),
+            "text": tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[b"w" * rng.randint(0, 4000)])
+            ),
+            "values": tf.train.Feature(
+                float_list=tf.train.FloatList(value=[rng.random()] * rng.randint(0, 4))
+            ),
+        }
+        if i % 5:
+            feature["tag"] = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"t%d" % i]))
+        example = tf.train.Example(features=tf.train.Features(feature=feature))
+        records.append(example.SerializeToString())  # as ExampleGen does (not deterministic)
+    return records
+
+
+def write_tfrecords(path: pathlib.Path, records, compression: str | None = None) -> None:
+    import tensorflow as tf
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tf.io.TFRecordWriter(str(path), options=compression) as writer:
+        for record in records:
+            writer.write(record)
+
+
+@pytest.fixture(scope="module")
+def examplegen(tmp_path_factory) -> tuple[pathlib.Path, dict[str, list[bytes]]]:
+    """An ExampleGen output artifact: Split-train (3 gzip files) and Split-eval (1 file)."""
+    artifact = tmp_path_factory.mktemp("pipeline") / "CsvExampleGen" / "examples" / "7"
+    records = {"train": examples(1200, 1), "eval": examples(300, 2)}
+    for split, files in (("train", 3), ("eval", 1)):
+        for i in range(files):
+            name = f"data_tfrecord-{i:05d}-of-{files:05d}.gz"
+            write_tfrecords(artifact / f"Split-{split}" / name, records[split][i::files], "GZIP")
+    return artifact, records
+
+
+def output_records(out: pathlib.Path) -> dict[str, list[bytes]]:
+    """Each split's records as stored, shard by shard (both CRCs checked)."""
+    info = json.loads((out / "dataset_info.json").read_text())
+    found = {}
+    for split, entry in info["splits"].items():
+        found[split] = []
+        for shard in entry["shards"]:
+            opener = gzip.open if info["compression"] == "gzip" else open
+            with opener(out / shard["file"], "rb") as f:
+                found[split] += list(read_records(f))
+    return found
+
+
+def shards_bytes(out: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in shard_files(out)}
+
+
+def test_examplegen_output_keeps_its_splits_and_its_records_byte_for_byte(examplegen, tmp_path):
+    artifact, records = examplegen
+    out = tmp_path / "out"
+    done = run_cli("reshard", artifact, "--output", out, "--num-hosts", "2", *SMALL_SHARDS)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Resharded 1,500 inputs into 1,500 records")
+    info, parsed = read_dataset(out)  # tf.data with the manifest's spec
+    assert list(info["splits"]) == ["eval", "train"]  # the input's splits, sorted
+    stored = output_records(out)
+    for split in ("train", "eval"):
+        assert collections.Counter(stored[split]) == collections.Counter(records[split])
+        assert len(parsed[split]) == len(records[split])
+    assert sorted(int(r["id"]) for r in parsed["train"]) == sorted(100_000 + i for i in range(1200))
+    assert info["features"] == {
+        "id": {"dtype": "int64", "shape": [], "optional": False},
+        "score": {"dtype": "float", "shape": [], "optional": False},
+        "tag": {"dtype": "bytes", "shape": [-1], "optional": True},
+        "text": {"dtype": "bytes", "shape": [], "optional": False},
+        "values": {"dtype": "float", "shape": [-1], "optional": False},
+    }
+    assert info["source"]["kind"] == "tfrecord" and info["source"]["splits"] == ["eval", "train"]
+    assert info["options"]["splits_from"] == "input"
+    # Planned and balanced: a multiple of the hosts, no shard past its share plus one record.
+    for split, entry in info["splits"].items():
+        plan = info["plan"]["splits"][split]
+        assert entry["num_shards"] == plan["num_shards"] and plan["num_shards"] % 2 == 0
+        share = plan["total_bytes"] / plan["num_shards"]
+        for shard in entry["shards"]:
+            assert shard["num_bytes"] <= share + plan["max_record_bytes"]
+            assert (out / shard["file"]).stat().st_size == shard["num_bytes"]
+    assert info["splits"]["train"]["num_shards"] >= 4
+    verified = run_cli("verify", out)
+    assert verified.returncode == 0, verified.stdout
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_the_output_depends_on_the_records_not_on_files_order_or_runner(examplegen, tmp_path):
+    artifact, records = examplegen
+    everything = records["train"] + records["eval"]
+    # The same records in one plain file, reversed, beside an empty file.
+    plain = tmp_path / "one-file"
+    write_tfrecords(plain / "all.tfrecord", list(reversed(everything)))
+    write_tfrecords(plain / "empty.tfrecord", [])
+    options = ("--splits", "train=0.8,test=0.2", "--num-shards", "3", "--name", "ds")
+    outs = {}
+    for name, source, extra in (
+        ("examplegen", artifact, ()),
+        ("plain", plain, ()),
+        ("glob", str(artifact / "Split-*" / "*.gz"), ()),
+        (
+            "processes",
+            artifact,
+            ("--direct_num_workers=2", "--direct_running_mode=multi_processing"),
+        ),
+    ):
+        outs[name] = tmp_path / name
+        done = run_cli("reshard", source, "--output", outs[name], *options, *extra)
+        assert done.returncode == 0, done.stderr
+    reference = shards_bytes(outs["examplegen"])
+    assert len(reference) == 6
+    for name in ("plain", "glob", "processes"):
+        assert shards_bytes(outs[name]) == reference, name
+    stored = output_records(outs["examplegen"])
+    assert sum(len(r) for r in stored.values()) == 1500
+    assert 0.7 < len(stored["train"]) / 1500 < 0.9
+
+
+def test_corrupt_input_records_are_quarantined_with_file_and_offset(tmp_path):
+    good = examples(40, 3)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    # A bit flipped in the payload of the 6th record: that record alone is lost.
+    flipped = bytearray(b"".join(frame_record(r) for r in good[:10]))
+    sixth = sum(16 + len(r) for r in good[:5])
+    flipped[sixth + 12 + 3] ^= 0x04
+    (folder / "flipped.tfrecord").write_bytes(bytes(flipped))
+    # A file cut short in its 9th record, and a gzip file cut short.
+    cut = b"".join(frame_record(r) for r in good[10:19])
+    (folder / "cut.tfrecord").write_bytes(cut[:-5])
+    zipped = gzip.compress(b"".join(frame_record(r) for r in good[19:40]), mtime=0)
+    (folder / "cut.tfrecord.gz").write_bytes(zipped[: len(zipped) * 2 // 3])
+    # A framed record that is no Example, and a file that is no TFRecord file at all.
+    (folder / "garbage.tfrecord").write_bytes(frame_record(good[0]) + frame_record(b"\xff" * 9))
+    (folder / "notes.txt").write_text("not records\n")
+    (folder / ".hidden").write_bytes(b"skipped")
+    out = tmp_path / "out"
+    done = run_cli("reshard", folder, "--output", out)
+    assert done.returncode == 0, done.stderr
+    info = json.loads((out / "dataset_info.json").read_text())
+    errors = {(pathlib.Path(e["source"]["path"]).name, e["error"]): e for e in read_errors(out)}
+    flipped_error = errors["flipped.tfrecord", "BadRecordCrc"]
+    assert flipped_error["source"]["offset"] == sixth
+    assert flipped_error["message"].startswith(f"at byte {sixth:,} of the file: data CRC mismatch")
+    cut_error = errors["cut.tfrecord", "TruncatedRecord"]
+    assert cut_error["source"]["offset"] == sum(16 + len(r) for r in good[10:18])
+    gz_error = errors["cut.tfrecord.gz", "TruncatedGzip"]
+    assert "of the decompressed stream" in gz_error["message"]
+    assert errors["garbage.tfrecord", "NotAnExample"]["source"]["offset"] == 16 + len(good[0])
+    assert errors["garbage.tfrecord", "NotAnExample"]["stage"] == "record"
+    assert errors["notes.txt", "NotATFRecordFile"]["source"]["offset"] == 0
+    assert len(errors) == 5
+    # Nothing lost: every record read is in a shard, every problem in the quarantine.
+    stored = output_records(out)["train"]
+    read_back = 9 + 8 + 1  # flipped.tfrecord less one, cut.tfrecord's first 8, garbage's first
+    gz_kept = (info["num_records"]) - read_back
+    assert 0 < gz_kept < 21
+    assert info["num_inputs"] == info["num_records"] + info["errors"]["count"] == len(stored) + 5
+    assert collections.Counter(stored) <= collections.Counter(good + [good[0]])
+    assert info["source"]["ignored_hidden_files"] == 1
+    assert run_cli("verify", out).returncode == 0
+
+
+def test_a_feature_schema_types_features_and_quarantines_records_that_disagree(tmp_path):
+    import tensorflow as tf
+
+    def record(value) -> bytes:
+        kind = (
+            tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+            if isinstance(value, int)
+            else tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        )
+        return tf.train.Example(features=tf.train.Features(feature={"x": kind})).SerializeToString()
+
+    records = [record(i) for i in range(30)] + [record(0.5), record(1.5)]
+    write_tfrecords(tmp_path / "in.tfrecord", records)
+    # Without a schema, one key of two dtypes has no spec: the run stops, writes nothing.
+    refused = run_cli("reshard", tmp_path / "in.tfrecord", "--output", tmp_path / "refused")
+    assert refused.returncode == 1
+    message = refused.stderr.strip().splitlines()[-1]
+    assert message.startswith(
+        "recordforge: failed: feature 'x' holds int64 values in 30 records and float values in "
+        "2 records: one feature spec cannot parse them all"
+    ), refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not any((tmp_path / "refused").iterdir())  # no manifest, no temporary files
+    # With the schema, the float records go to the quarantine.
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("features:\n  x: {dtype: int64, shape: []}\n")
+    out = tmp_path / "out"
+    done = run_cli("reshard", tmp_path / "in.tfrecord", "--output", out, "--schema", schema)
+    assert done.returncode == 0, done.stderr
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert (info["num_records"], info["errors"]["by_kind"]) == (30, {"FeatureTypeMismatch": 2})
+    assert info["features"] == {"x": {"dtype": "int64", "shape": [], "optional": False}}
+    assert info["options"]["schema"] == {"x": {"dtype": "int64", "shape": []}}
+    # A manifest is a schema too: resharding the output with it keeps the same spec.
+    again = tmp_path / "again"
+    manifest = out / "dataset_info.json"
+    done = run_cli("reshard", out, "--output", again, "--schema", manifest, "--num-shards", "2")
+    assert done.returncode == 0, done.stderr
+    second = json.loads((again / "dataset_info.json").read_text())
+    assert second["features"] == info["features"] and second["num_records"] == 30
+    # The first output's manifest and errors file hold no records.
+    assert second["source"]["skipped_metadata_files"] == 2
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "input not found: "),
+        ("inside", "is inside the output folder"),
+        ("around", "is inside the input"),
+        ("mixed", "some inputs are in splits ("),
+        ("schema", "schema file "),
+        ("splits", "--splits: fractions must add up to 1"),
+        ("empty", "holds no TFRecord files"),
+    ],
+)
+def test_usage_mistakes_are_one_line_and_write_nothing(tmp_path, case, message):
+    one = tmp_path / "data" / "Split-train" / "a.tfrecord"
+    write_tfrecords(one, examples(3, 4))
+    write_tfrecords(tmp_path / "data" / "loose.tfrecord", examples(2, 5))
+    (tmp_path / "bad.yaml").write_text("features: {x: text}\n")
+    (tmp_path / "hidden-only").mkdir()
+    (tmp_path / "hidden-only" / ".x").write_text("")
+    out = tmp_path / "out"
+    args = {
+        "missing": (tmp_path / "nope", "--output", out),
+        "inside": (one, "--output", tmp_path / "data"),
+        "around": (tmp_path / "data", "--output", tmp_path / "data" / "out", "--splits", "a=1"),
+        "mixed": (tmp_path / "data", "--output", out),
+        "schema": (one, "--output", out, "--schema", tmp_path / "bad.yaml"),
+        "splits": (one, "--output", out, "--splits", "train=0.5"),
+        "empty": (tmp_path / "hidden-only", "--output", out),
+    }[case]
+    done = run_cli("reshard", *args)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("recordforge: error: "), done.stderr
+    assert message in lines[0]
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_python_reshard_returns_the_dataset(examplegen, tmp_path):
+    artifact, records = examplegen
+    dataset = recordforge.reshard(
+        str(artifact),
+        str(tmp_path / "out"),
+        splits={"a": 0.5, "b": 0.5},
+        num_shards=2,
+        compression="gzip",
+    )
+    assert dataset.manifest.num_records == 1500
+    assert set(dataset.manifest.splits) == {"a", "b"}
+    assert dataset.manifest.compression == "gzip"
+    assert sorted(dataset.records("a")) + sorted(dataset.records("b")) != []
+    assert collections.Counter([*dataset.records("a"), *dataset.records("b")]) == (
+        collections.Counter(records["train"] + records["eval"])
+    )
+    with pytest.raises(ValueError, match="reshard\\(\\) has no option 'num_host'"):
+        recordforge.reshard(str(artifact), str(tmp_path / "x"), num_host=2)
+    with pytest.raises(ValueError, match="--num-hosts must be at least 1"):
+        recordforge.reshard(str(artifact), str(tmp_path / "x"), num_hosts=0)

@@ -1,0 +1,263 @@
+"""recordforge.WriteDataset inside a user's own pipeline, on every runner, read back by tf.data.
+
+tests/write_dataset_pipeline.py is the user's program: transforms of its own (a Create, a
+filter, a reshuffle, a map making records of every kind) and WriteDataset last. It runs on
+FnApiRunner in process and with worker processes, and on Beam's portable path (a job service
+and an SDK worker pool started here, on 127.0.0.1, and stopped by the test); every output must
+be the same, byte for byte, apart from the manifest's `created` time.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import pathlib
+import subprocess
+import sys
+
+import apache_beam as beam
+import pyarrow as pa
+import pytest
+from conftest import read_dataset, read_errors, run_cli
+from test_runners import PYTHON, free_port, server_env, servers  # noqa: F401  (a fixture)
+from write_dataset_pipeline import NUM_ELEMENTS, keep, make_record
+
+import recordforge
+from recordforge.schemas import codec
+from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.serialized import serialized_element
+from recordforge.transforms.core.tfrecord import frame_record, read_records
+
+SCRIPT = pathlib.Path(__file__).with_name("write_dataset_pipeline.py")
+FN_API_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"
+
+
+def run_script(out: pathlib.Path, *beam_args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), *beam_args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=server_env(),
+        cwd=out.parent,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def files_of(out: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def assert_same_output(out: pathlib.Path, reference: pathlib.Path) -> None:
+    got, want = files_of(out), files_of(reference)
+    assert sorted(got) == sorted(want)
+    manifest, expected = (json.loads(f.pop("dataset_info.json")) for f in (got, want))
+    assert manifest.pop("created") and expected.pop("created")
+    assert manifest == expected
+    for name in want:
+        assert got[name] == want[name], f"{name} differs from the in-process run"
+
+
+def expected_records() -> tuple[collections.Counter, int, dict[str, int]]:
+    """(the serialized records the user's pipeline makes that WriteDataset can use, the
+    elements it keeps, {error kind: elements})."""
+    records, kinds, kept = collections.Counter(), collections.Counter(), 0
+    for i in range(NUM_ELEMENTS):
+        if not keep(i):
+            continue
+        kept += 1
+        try:
+            split, data = serialized_element(make_record(i))
+            codec.parse(data)
+        except InputError as error:
+            kinds[error.kind] += 1
+            continue
+        except Exception:  # noqa: BLE001  (DecodeError: bytes that are no Example)
+            kinds["NotAnExample"] += 1
+            continue
+        records[split, data] += 1
+    return records, kept, dict(kinds)
+
+
+def test_write_dataset_in_a_users_pipeline_on_every_runner(tmp_path, servers):  # noqa: F811
+    reference = tmp_path / "in-process"
+    run_script(reference, FN_API_RUNNER)
+    # What the user's pipeline made is what was written: each usable record once, in a shard;
+    # each unusable element in the quarantine.
+    records, kept, kinds = expected_records()
+    info, parsed = read_dataset(reference)  # tf.data, with the manifest's spec
+    assert (info["num_inputs"], info["errors"]["by_kind"]) == (kept, kinds)
+    assert info["num_records"] == sum(records.values()) == kept - sum(kinds.values())
+    stored = collections.Counter()
+    for split, entry in info["splits"].items():
+        for shard in entry["shards"]:
+            with open(reference / shard["file"], "rb") as f:
+                stored.update((split, data) for data in read_records(f))
+    named = collections.Counter({key: n for key, n in records.items() if key[0] is not None})
+    assert named <= stored  # records that came with a split are in it
+    unnamed = collections.Counter(data for (split, data), n in records.items() for _ in range(n))
+    assert collections.Counter(data for _, data in stored.elements()) == unnamed
+    assert list(info["splits"]) == ["train", "test", "holdout"]
+    hashed_test = sum(n for (split, _), n in stored.items() if split == "test")
+    assert 0.1 < hashed_test / info["num_records"] < 0.3
+    ids = sorted(int(r["id"]) for rows in parsed.values() for r in rows)
+    assert len(ids) == info["num_records"] and len(set(ids)) == len(ids)
+    assert info["features"]["tags"] == {"dtype": "bytes", "shape": [-1], "optional": True}
+    assert (
+        info["splits"]["train"]["num_shards"] % 2 == 0 and info["splits"]["train"]["num_shards"] > 2
+    )
+    assert {e["error"] for e in read_errors(reference)} == set(kinds)
+    assert run_cli("verify", reference).returncode == 0
+
+    processes = tmp_path / "processes"
+    run_script(
+        processes, FN_API_RUNNER, "--direct_num_workers=2", "--direct_running_mode=multi_processing"
+    )
+    assert_same_output(processes, reference)
+
+    job_port, pool_port = free_port(), free_port()
+    job_service = servers(
+        "job-service",
+        [PYTHON, "-m", "recordforge.pipelines.loopback"]
+        + ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+    )
+    worker_pool = servers(
+        "worker-pool",
+        [PYTHON, "-m", "recordforge.pipelines.loopback"]
+        + ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
+    )
+    job_service.wait_for_port(job_port)
+    worker_pool.wait_for_port(pool_port)
+    portable = tmp_path / "portable"
+    run_script(
+        portable,
+        "--runner=PortableRunner",
+        f"--job_endpoint=127.0.0.1:{job_port}",
+        "--environment_type=EXTERNAL",
+        f"--environment_config=127.0.0.1:{pool_port}",
+    )
+    assert_same_output(portable, reference)
+
+
+def fn_api_pipeline() -> beam.Pipeline:
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    return beam.Pipeline(runner=FnApiRunner())
+
+
+def test_tf_train_example_objects_are_written_as_their_serialized_bytes(tmp_path):
+    tf = pytest.importorskip("tensorflow")
+
+    def as_example(i: int):
+        feature = {
+            "n": tf.train.Feature(int64_list=tf.train.Int64List(value=[i, i * i])),
+            "w": tf.train.Feature(float_list=tf.train.FloatList(value=[i / 2])),
+        }
+        return tf.train.Example(features=tf.train.Features(feature=feature))
+
+    out = tmp_path / "out"
+    with fn_api_pipeline() as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(range(200))
+            | beam.Map(as_example)
+            | recordforge.WriteDataset(str(out), num_shards=2)
+        )
+    dataset = recordforge.open_dataset(str(out))
+    assert dataset.manifest.num_records == 200
+    expected = {as_example(i).SerializeToString(deterministic=True) for i in range(200)}
+    assert set(dataset.records("train")) == expected
+    spec = {k: s.to_dict() for k, s in dataset.manifest.features.items()}
+    assert spec == {
+        "n": {"dtype": "int64", "shape": [2], "optional": False},
+        "w": {"dtype": "float", "shape": [], "optional": False},
+    }
+    loaded = recordforge.load(str(out), "train")  # tf.data with the manifest's spec
+    assert sorted(int(row["w"] * 2) for row in loaded.as_numpy_iterator()) == list(range(200))
+
+
+def test_write_dataset_and_reshard_write_the_same_shards_from_the_same_records(tmp_path):
+    records = [
+        codec.serialize(codec.build_example({"i": ("int64", [i]), "b": ("bytes", [b"z" * i])}))
+        for i in range(400)
+    ]
+    options = {"name": "same", "splits": "a=0.6,b=0.4", "num_shards": 3, "split_salt": "pepper"}
+    written = tmp_path / "written"
+    with fn_api_pipeline() as pipeline:
+        _ = pipeline | beam.Create(records) | recordforge.WriteDataset(str(written), **options)
+    source = tmp_path / "records.tfrecord"
+    source.write_bytes(b"".join(frame_record(r) for r in reversed(records)))
+    resharded = recordforge.reshard(str(source), str(tmp_path / "resharded"), **options)
+    shards = sorted(p.name for p in written.glob("same-*"))
+    assert len(shards) == 6
+    for name in shards:
+        assert (written / name).read_bytes() == pathlib.Path(resharded.path(name)).read_bytes()
+
+
+def test_a_feature_of_two_dtypes_fails_the_pipeline_and_writes_nothing(tmp_path):
+    out = tmp_path / "out"
+    values = [{"x": 1}, {"x": 2}, {"x": 0.5}]
+    with pytest.raises(Exception, match="feature 'x' holds int64 values in 2 records and float"):
+        with fn_api_pipeline() as pipeline:
+            _ = pipeline | beam.Create(values) | recordforge.WriteDataset(str(out))
+    assert not (out / "dataset_info.json").exists()
+    # Typed by the user, the ints become floats.
+    typed = tmp_path / "typed"
+    with fn_api_pipeline() as pipeline:
+        _ = (
+            pipeline
+            | beam.Create(values)
+            | recordforge.WriteDataset(str(typed), features={"x": "float"})
+        )
+    dataset = recordforge.open_dataset(str(typed))
+    assert sorted(row["x"][0] for row in dataset.examples("train")) == [0.5, 1.0, 2.0]
+
+
+def test_mistakes_raise_value_errors_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="WriteDataset has no option 'num_host'"):
+        recordforge.WriteDataset(str(tmp_path / "a"), num_host=2)
+    with pytest.raises(ValueError, match="--write-index needs uncompressed shards"):
+        recordforge.WriteDataset(str(tmp_path / "a"), compression="gzip", write_index=True)
+    with pytest.raises(ValueError, match="--compression must be one of none, gzip"):
+        recordforge.WriteDataset(str(tmp_path / "a"), compression="zstd")
+    with pytest.raises(ValueError, match="features: feature 'x': dtype 'text'"):
+        recordforge.WriteDataset(str(tmp_path / "a"), features={"x": "text"})
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("not a dataset")
+    pipeline = fn_api_pipeline()
+    with pytest.raises(ValueError, match="is not empty; use --overwrite"):
+        _ = pipeline | beam.Create([b""]) | recordforge.WriteDataset(str(full))
+    assert (full / "mine.txt").read_text() == "not a dataset"
+
+
+def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's WriteDataset example, its two gs:// paths made local folders."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(
+        r"### `recordforge.WriteDataset` in your own pipeline\n\n.*?```python\n(.*?)```",
+        readme,
+        re.S,
+    ).group(1)
+    (tmp_path / "events").mkdir()
+    rows = {
+        "id": list(range(500)),
+        "clicks": [i % 4 for i in range(500)],
+        "title": [f"title {i}" for i in range(500)],
+        "tags": [["a", "b"][: i % 3] for i in range(500)],
+    }
+    pq.write_table(pa.table(rows), tmp_path / "events" / "part-0.parquet")
+    code = block.replace("gs://bucket/events", str(tmp_path / "events"))
+    code = code.replace("gs://bucket/clicks", str(tmp_path / "clicks"))
+    namespace: dict = {}
+    exec(code, namespace)  # the README's code, as a user would paste it
+    info = json.loads((tmp_path / "clicks" / "dataset_info.json").read_text())
+    assert info["num_records"] == 375  # rows with clicks
+    assert info["features"]["clicks"] == {"dtype": "float", "shape": [], "optional": False}
+    # Every row has its tags, some an empty list: a list feature no record lacks.
+    assert info["features"]["tags"] == {"dtype": "bytes", "shape": [-1], "optional": False}
+    assert sum(1 for _ in namespace["train"]) == info["splits"]["train"]["num_records"]

@@ -1,0 +1,374 @@
+"""Datasets of records that arrive serialized: WriteDataset's and reshard's one graph.
+
+Both paths start with tf.train.Example records that exist already: WriteDataset's in a user's
+PCollection, reshard's in TFRecord files. Their first step parks them: each record is checked,
+keyed by its bytes, given a split and sized (transforms/core/serialized.py), and each block of
+records is appended to a spill file in the run's temporary folder (transforms/spill.py), as the
+CSV table path parks its encoded rows. What goes on is what planning needs (sizes and order
+keys), the blocks' references, the bad records and the features' tally. From there on the
+graph is the conversion's: the same planner (PlanShards), the same placement of spilled blocks
+(PlaceTable), writer (WriteShards), quarantine (WriteErrors) and commit (Commit). Record bytes
+never cross a shuffle: blocks and pieces of them travel as references (SpilledPiece).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field
+
+import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeatures
+from recordforge.transforms.combiners import TallyCombineFn
+from recordforge.transforms.commit import Commit, CommitConfig
+from recordforge.transforms.convert import within_error_rate
+from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.labels import LabelMap
+from recordforge.transforms.core.records import (
+    STAGE_READ,
+    STAGE_RECORD,
+    ErrorRecord,
+    InputCounts,
+    without_examples,
+)
+from recordforge.transforms.core.serialized import SerializedRecords, serialized_element
+from recordforge.transforms.core.sharding import ShardingConfig
+from recordforge.transforms.core.tfrecord import FRAMING_BYTES
+from recordforge.transforms.core.tfrecord_files import Problem, read_file_records
+from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.progress import Progress
+from recordforge.transforms.remote_reads import open_file
+from recordforge.transforms.shard import PlanShards
+from recordforge.transforms.spill import SpillWriter
+from recordforge.transforms.storage_errors import STORAGE_ERRORS
+from recordforge.transforms.table import PlaceTable
+from recordforge.transforms.write import WriteErrors, WriteShards, temp_folder
+
+ERRORS = "errors"
+TALLY = "tally"
+BLOCKS = "blocks"
+# Where a WriteDataset record came from, in its error record: it has no file of its own.
+WRITE_DATASET_INPUT = "WriteDataset input"
+
+
+@dataclass(frozen=True)
+class ExamplesConfig:
+    """Everything that shapes a dataset of serialized records, resolved and validated.
+
+    Attributes:
+        output: the dataset folder.
+        name: the prefix of shard file names.
+        splits: (name, fraction) pairs for records that come without a split.
+        configured_splits: the splits listed first in the manifest, in this order (the hashed
+            ones); splits that records name are listed after them, sorted.
+        salt: salts the split and order hashes.
+        types: {key: FeatureType} from a feature schema (None: typed by the records alone).
+        sharding: the planner's thresholds.
+        compression: "none" or "gzip".
+        write_index: write a record index file for each (uncompressed) shard.
+        tfds: also write TensorFlow Datasets' metadata.
+        max_error_rate: fail when more than this fraction of the records fail (None: never).
+        run_id: names this run's temporary folder.
+        tool_version: recorded in the manifest.
+        options: the options that shaped the output, recorded in the manifest.
+        source: the inputs as the manifest records them.
+        ignored: files skipped as not holding records (hidden files, a dataset's metadata).
+    """
+
+    output: str
+    name: str
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    configured_splits: tuple[str, ...] = ("train",)
+    salt: str = "recordforge"
+    types: Mapping[str, FeatureType] = field(default_factory=dict)
+    sharding: ShardingConfig = ShardingConfig()
+    compression: str = "none"
+    write_index: bool = False
+    tfds: bool = False
+    max_error_rate: float | None = None
+    run_id: str = "run"
+    tool_version: str = "0"
+    options: Mapping = field(default_factory=dict)
+    source: Mapping = field(default_factory=dict)
+    ignored: int = 0
+
+    @property
+    def spill_dir(self) -> str:
+        return temp_folder(self.output, self.run_id)
+
+    def records(self) -> SerializedRecords:
+        """A fresh builder of blocks, for one DoFn instance."""
+        return SerializedRecords(self.splits, self.salt, self.types)
+
+    def commit_config(self) -> CommitConfig:
+        return CommitConfig(
+            output=self.output,
+            name=self.name,
+            run_id=self.run_id,
+            tool_version=self.tool_version,
+            compression=self.compression,
+            tfds=self.tfds,
+            configured_splits=self.configured_splits,
+            declared=InferredFeatures(self.types),
+            max_error_rate=self.max_error_rate,
+            plan_config=self.sharding.to_dict(),
+            options=self.options,
+            source=self.source,
+        )
+
+
+class WriteExamples(beam.PTransform):
+    """Records that arrive serialized → the dataset: shards, errors files and the manifest.
+
+    `park` is the path's first step: it turns its input (a user's PCollection, or the TFRecord
+    files to read) into the four parked streams below. Output: PCollection holding the manifest
+    as a dict. Every branch feeds the commit, so runners that run only the last branch of a
+    pipeline (Dask) still do all the work.
+    """
+
+    def __init__(self, config: ExamplesConfig, park: beam.PTransform) -> None:
+        super().__init__()
+        self._config = config
+        self._park = park
+
+    def expand(self, pvalue):
+        config = self._config
+        pipeline = pvalue.pipeline
+        # → records: RecordBatch of RecordRefs (REF_SCHEMA) without their Example bytes;
+        #   blocks: SpilledPiece, the same RecordRefs whole, parked in a spill file;
+        #   errors: ErrorRecord; tally: FeatureTally, one per file or bundle.
+        parked = pvalue | "Park" >> self._park
+        # → {split: SplitLayout}, one element.
+        layouts = (
+            parked["records"]
+            | "PlanShards" >> PlanShards(config.sharding, config.configured_splits, assign=False)
+        )["layouts"]
+        # → ((split, shard), RefPiece | SpilledPiece): a shard's records, a piece per block.
+        assigned = parked[BLOCKS] | "PlaceRecords" >> PlaceTable(
+            layouts=layouts, spill_dir=config.spill_dir
+        )
+        # → FeatureTally, one element; a key whose records hold two dtypes stops the run here.
+        tally = (
+            parked[TALLY]
+            | "MergeTallies"
+            >> beam.CombineGlobally(TallyCombineFn(FeatureTally, FeatureTally.merge))
+            | "CheckFeatureTypes" >> beam.Map(_checked_tally, InferredFeatures(config.types))
+        )
+        # → InputCounts, one element: every record read or given, and every one that failed.
+        counts = (
+            (
+                parked["records"] | "CountRecords" >> beam.Map(lambda batch: (batch.num_rows, 0)),
+                parked[ERRORS] | "CountErrors" >> beam.Map(lambda _: (0, 1)),
+            )
+            | "RecordsAndErrors" >> beam.Flatten()
+            | "CountInputs" >> beam.CombineGlobally(beam.combiners.TupleCombineFn(sum, sum))
+            | "InputCounts" >> beam.Map(lambda totals: InputCounts(sum(totals), totals[1]))
+        )
+        # → bool, one element: False when more records failed than --max-error-rate allows.
+        proceed = counts | "WithinErrorRate" >> beam.Map(within_error_rate, config.max_error_rate)
+        # → shards: ShardResult, one per shard written under a temporary name; errors:
+        #   ErrorRecord (none: complete records have no payload to fail at write time).
+        written = assigned | "WriteShards" >> WriteShards(
+            config.output,
+            config.name,
+            config.compression,
+            config.run_id,
+            layouts=layouts,
+            proceed=proceed,
+            write_index=config.write_index,
+        )
+        # → ErrorFileResult, one per stage with errors.
+        error_files = (
+            (parked[ERRORS], written[ERRORS])
+            | "AllErrors" >> beam.Flatten()
+            | "WriteErrors" >> WriteErrors(config.output, config.run_id)
+        )
+        # → the manifest, as a dict, once every file is in place.
+        return (
+            (written.shards, error_files)
+            | "Results" >> beam.Flatten()
+            | "Commit"
+            >> Commit(
+                config.commit_config(),
+                layouts=layouts,
+                labels=pipeline | "NoLabels" >> beam.Create([LabelMap()]),
+                tally=tally,
+                counts=counts,
+                ignored=pipeline | "IgnoredFiles" >> beam.Create([config.ignored]),
+            )
+        )
+
+
+def _checked_tally(tally: FeatureTally, inferred: InferredFeatures) -> FeatureTally:
+    inferred.declare(tally)  # raises MixedFeatureTypes
+    return tally
+
+
+class ParkElements(beam.PTransform):
+    """WriteDataset's first step: a user's records → parked blocks (see WriteExamples).
+
+    Input: PCollection of serialized tf.train.Example bytes, tf.train.Example objects, dicts of
+    feature values, or (split, one of those) pairs; in any windows (the dataset is one).
+    """
+
+    def __init__(self, config: ExamplesConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, elements):
+        return (
+            elements
+            | "OneWindow" >> beam.WindowInto(GlobalWindows())
+            | "ParkRecords"
+            >> beam.ParDo(_ParkElementsFn(self._config)).with_outputs(
+                ERRORS, TALLY, BLOCKS, main="records"
+            )
+        )
+
+
+class ReadTFRecordFiles(beam.PTransform):
+    """Reshard's first step: TFRecord files → parked blocks (see WriteExamples).
+
+    Input: PBegin; the files are `inputs` (TFRecordInputs), one task each.
+    """
+
+    def __init__(self, config: ExamplesConfig, inputs: tuple[TFRecordInput, ...]) -> None:
+        super().__init__()
+        self._config = config
+        self._inputs = tuple(inputs)
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Files" >> beam.Create(self._inputs)
+            # One file per task: spread the files over workers before reading.
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ReadRecords"
+            >> beam.ParDo(_ReadTFRecordFilesFn(self._config)).with_outputs(
+                ERRORS, TALLY, BLOCKS, main="records"
+            )
+        )
+
+
+class _Parking:
+    """Inside a DoFn: records in, blocks parked in a spill file, the four streams out.
+
+    `add` and `flush` yield the main output (RecordBatch without Example bytes) and tagged
+    BLOCKS and ERRORS outputs; `failed(origin, error)` makes an error's ErrorRecord.
+    """
+
+    def __init__(
+        self, config: ExamplesConfig, failed: Callable[[Hashable, InputError], ErrorRecord]
+    ) -> None:
+        self._records = config.records()
+        self._spill = SpillWriter(config.spill_dir)
+        self._failed = failed
+        self.taken = 0  # records in the block flushed last
+
+    def add(self, data: bytes, split: str | None, origin: Hashable) -> tuple:
+        """Add a record; the outputs of its block when that is full now, else ()."""
+        self._records.add(data, split, origin)
+        return tuple(self.flush()) if self._records.full else ()
+
+    def flush(self):
+        self.taken = len(self._records)
+        batch, failed = self._records.take()
+        for origin, error in failed:
+            yield beam.pvalue.TaggedOutput(ERRORS, self._failed(origin, error))
+        if batch is not None:
+            # The Example bytes wait in the spill file; the plan needs only sizes and orders.
+            yield beam.pvalue.TaggedOutput(BLOCKS, self._spill.add(batch))
+            yield without_examples(batch)
+
+    def close(self):
+        """Close the spill file (its pieces can be read once it is closed); yield the tally."""
+        self._spill.close()
+        yield beam.pvalue.TaggedOutput(TALLY, self._records.take_tally())
+
+
+def _in_global_window(output):
+    """A finish_bundle output: a WindowedValue in the global window (tags kept)."""
+    if isinstance(output, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(output.tag, _in_global_window(output.value))
+    return WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
+
+
+class _ParkElementsFn(beam.DoFn):
+    """Elements → parked blocks, one spill file per bundle."""
+
+    def __init__(self, config: ExamplesConfig) -> None:
+        self._config = config
+
+    def setup(self):
+        self._progress = Progress("records_parked", "parked", "records")
+
+    def start_bundle(self):
+        self._parking = _Parking(self._config, _element_error)
+
+    def process(self, element):
+        self._progress.add()
+        try:
+            split, data = serialized_element(element, self._config.types)
+        except InputError as error:
+            yield beam.pvalue.TaggedOutput(ERRORS, _element_error(None, error))
+            return
+        yield from self._parking.add(data, split, None)  # the block's outputs, when it is full
+
+    def finish_bundle(self):
+        # Outputs of finish_bundle carry their window: the global one (ParkElements puts every
+        # element there).
+        for output in (*self._parking.flush(), *self._parking.close()):
+            yield _in_global_window(output)
+
+
+def _element_error(_, error: InputError) -> ErrorRecord:
+    return ErrorRecord(WRITE_DATASET_INPUT, None, STAGE_RECORD, error.kind, error.message)
+
+
+class _ReadTFRecordFilesFn(beam.DoFn):
+    """TFRecordInput → its records parked in blocks; a part that is not a usable record →
+    ERRORS, with its file and offset; TALLY per file."""
+
+    def __init__(self, config: ExamplesConfig) -> None:
+        self._config = config
+
+    def setup(self):
+        self._progress = Progress("tfrecord_records_read", "read", "records")
+
+    def process(self, file: TFRecordInput):
+        parking = _Parking(self._config, _record_error)
+        end = 0  # of the last record read
+        try:
+            with open_file(file.path) as raw:
+                for item in read_file_records(raw):
+                    if isinstance(item, Problem):
+                        yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, item))
+                        continue
+                    offset, data = item
+                    end = offset + len(data) + FRAMING_BYTES
+                    outputs = parking.add(data, file.split, (file.path, offset))
+                    if outputs:
+                        self._progress.add(parking.taken)
+                        yield from outputs
+        except STORAGE_ERRORS as error:
+            # The records before this point are kept: reading stopped here, for this reason.
+            problem = Problem(end, "UnreadableFile", f"cannot read on: {error}")
+            yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, problem))
+        outputs = tuple(parking.flush())
+        self._progress.add(parking.taken)
+        yield from outputs
+        yield from parking.close()
+
+
+def _problem_error(path: str, problem: Problem) -> ErrorRecord:
+    where = "the decompressed stream" if problem.compressed else "the file"
+    message = f"at byte {problem.offset:,} of {where}: {problem.message}"
+    return ErrorRecord(path, None, STAGE_READ, problem.kind, message, problem.offset)
+
+
+def _record_error(origin: tuple[str, int], error: InputError) -> ErrorRecord:
+    path, offset = origin
+    return ErrorRecord(path, None, STAGE_RECORD, error.kind, error.message, offset)
