@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import apache_beam as beam
@@ -50,5 +51,13 @@ def run_pipeline(
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline)
         result = pipeline.run()
-        if wait:
+        if not wait:
+            return
+        try:
             result.wait_until_finish()
+        except BaseException:
+            # Stopped (a signal) or failed: a runner that runs the job elsewhere (a job
+            # service, a Dask cluster) is told to stop it too.
+            with contextlib.suppress(Exception):
+                result.cancel()
+            raise

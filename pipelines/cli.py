@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import errno
 import gc
 import json
 import logging
 import os
+import re
 import sys
 import tempfile
 import time
@@ -18,23 +21,33 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
-from recordforge.pipelines.runner import add_runner_options, beam_options, runner_args
+from recordforge.pipelines.runner import (
+    add_runner_options,
+    beam_options,
+    check_runner_reachable,
+    runner_args,
+)
 from recordforge.schemas.features import MixedFeatureTypes
-from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
     InputIncomplete,
+    OutOfSpace,
+    ResumeRefused,
+    Stopped,
     UsageError,
+    WorkerLost,
 )
 from recordforge.transforms.core.sharding import human_size
 from recordforge.transforms.core.summary import format_plan, plural
-from recordforge.transforms.write import temp_folder
+from recordforge.transforms.staging import JOURNAL, interrupted_commit
+from recordforge.transforms.write import remove_tree
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -56,6 +69,9 @@ def main(
     """
     if argv is None:
         _spare_the_collector()
+        from recordforge.command import handle_stops
+
+        handle_stops()
     parser = _parser()
     if beam_argv is None:
         args, beam_args = parser.parse_known_args(argv)
@@ -70,8 +86,11 @@ def main(
     except UsageError as error:
         print(f"recordforge: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except Stopped as stop:
+        print(f"recordforge: stopped by {stop.name}; nothing was written", file=sys.stderr)
+        return stop.exit_status
     except KeyboardInterrupt:
-        print("recordforge: interrupted", file=sys.stderr)
+        print("recordforge: interrupted; nothing was written", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # `recordforge plan --json ... | head`: the reader has all it wants. The work is done;
@@ -203,48 +222,67 @@ def _configure_logging(level: int) -> None:
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    output, config, options = _prepare_conversion(args, beam_args)
+    output, config, options, prepared = _prepare_conversion(args, beam_args)
+    staging = prepared.staging
     started = time.monotonic()
     try:
-        run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+        if args.resume and prepared.nothing_to_resume(config.run_key):
+            print(
+                f"--resume: the interrupted run had reached its commit; finished it into {output}"
+            )
+        else:
+            run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+    except (Stopped, WorkerLost) as stop:
+        return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        _remove_temp_files(output, config.run_id)
-        message = _refusal_message(error)
-        if message:
-            print(f"recordforge: failed: {message}", file=sys.stderr)
-            return EXIT_FAILED
-        LOGGER.error("the conversion failed; no dataset_info.json was written", exc_info=error)
-        return EXIT_FAILED
+        from recordforge.command import received_stop
+
+        stop = received_stop()  # Beam re-raises a Stopped raised inside a DoFn, wrapped
+        if stop is not None:
+            return _report_stop(stop, prepared)
+        return _report_failure(error, prepared)
+    finally:
+        prepared.release()
     dataset = open_dataset(output)
     _print_summary(dataset, time.monotonic() - started)
+    if staging.mode == JOURNAL and staging.reason:
+        print(f"  committed file by file (not by one folder swap): {staging.reason}")
     return EXIT_OK
 
 
 def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
-    output, config, inputs, options = prepare_reshard(args, beam_args)
+    output, config, inputs, options, prepared = prepare_reshard(args, beam_args)
     started = time.monotonic()
     try:
         run_reshard(config, inputs, options)
+    except (Stopped, WorkerLost) as stop:
+        return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
-        message = _refusal_message(error)
-        if message:
-            print(f"recordforge: failed: {message}", file=sys.stderr)
-            return EXIT_FAILED
-        LOGGER.error("resharding failed; no dataset_info.json was written", exc_info=error)
-        return EXIT_FAILED
+        from recordforge.command import received_stop
+
+        stop = received_stop()
+        if stop is not None:
+            return _report_stop(stop, prepared)
+        return _report_failure(error, prepared)
+    finally:
+        prepared.release()
     _print_summary(open_dataset(output), time.monotonic() - started, verb="Resharded")
     return EXIT_OK
 
 
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
-    output, config, options = _prepare_conversion(args, beam_args)
+    output, config, options, prepared = _prepare_conversion(args, beam_args, detached=True)
     try:
         run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
     except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)
-        _remove_temp_files(output, config.run_id)
+        prepared.release()
         LOGGER.error("the conversion could not be submitted", exc_info=error)
         return EXIT_FAILED
+    except BaseException:
+        prepared.release()
+        raise
+    # The job's commit releases the lock.
     print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
 
@@ -254,16 +292,31 @@ def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> Pipe
     return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
 
 
-def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
-    """Check the options, inputs and output, and clear a dataset --overwrite replaces."""
+def _prepare_conversion(
+    args: argparse.Namespace, beam_args: Sequence[str], *, detached: bool = False
+):
+    """Check the options, inputs, runner and output; lock the output and stage the run."""
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output)
     options = pipeline_options(args, beam_args)
-    old_files = preflight.check_output(output, config.sources, overwrite=args.overwrite)
-    preflight.check_writable(output)
-    if old_files:
-        LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
-        preflight.delete_files(old_files, output)
+    check_runner_reachable(options)
+    output_folder.check_location(output, config.sources)
+    recorded = output_folder.run_options(config)
+    prepared = output_folder.prepare_output(
+        output,
+        run_id=config.run_id,
+        options=recorded,
+        overwrite=args.overwrite,
+        resume=args.resume,
+        detached=detached,
+    )
+    config = dataclasses.replace(
+        config,
+        staging=prepared.staging,
+        run_key=output_folder.run_key(recorded),
+        resume=prepared.resuming is not None,
+        detached=detached,
+    )
     if config.split_note:
         splits = config.split_note
     elif config.roles.split_column:
@@ -273,7 +326,68 @@ def _prepare_conversion(args: argparse.Namespace, beam_args: Sequence[str]):
     LOGGER.info(
         "converting %s into %s (%s)", ", ".join(s.given for s in config.sources), output, splits
     )
-    return output, config, options
+    return output, config, options, prepared
+
+
+def _report_stop(stop: Stopped | WorkerLost, prepared: output_folder.PreparedOutput) -> int:
+    from recordforge.command import stop_worker_processes
+
+    stop_worker_processes()  # any the runner started while it unwound
+    if isinstance(stop, WorkerLost):
+        lost = f"the runner lost a worker process ({stop.detail})"
+        print(f"recordforge: failed: {lost}; {_kept(prepared)}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"recordforge: stopped by {stop.name}; {_kept(prepared)}", file=sys.stderr)
+    return stop.exit_status
+
+
+def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput) -> int:
+    """One line for a run that failed for a reason of the user's world, else the traceback."""
+    output = prepared.staging.output
+    refused = _cause_message(error, (ResumeRefused,))
+    if refused:
+        print(f"recordforge: error: --resume: {refused}", file=sys.stderr)
+        return EXIT_USAGE
+    message = _cause_message(error, (ErrorRateExceeded,))
+    if message:  # it names the errors files, kept in the working folder
+        print(f"recordforge: failed: {message}; {_unchanged(output)}", file=sys.stderr)
+        return EXIT_FAILED
+    message = (
+        _cause_message(error, (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace))
+        or _out_of_space(error)
+        or _lost_worker(error)
+    )
+    if message:
+        print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
+        return EXIT_FAILED
+    LOGGER.error(
+        "the conversion failed; %s; %s", _unchanged(output), _kept(prepared), exc_info=error
+    )
+    return EXIT_FAILED
+
+
+def _unchanged(output: str) -> str:
+    if interrupted_commit(output) is not None:
+        return f"its commit into {output} was interrupted: run the conversion again to finish it"
+    return f"{output} is as it was"
+
+
+def _kept(prepared: output_folder.PreparedOutput) -> str:
+    """What a stopped or failed run leaves, in words."""
+    staging = prepared.staging
+    output = staging.output
+    if interrupted_commit(output) is not None:
+        return (
+            f"its commit into {output} was cut short: run the conversion again (or with "
+            "--resume) to finish it"
+        )
+    return f"{output} is as it was; {output_folder.keep_resumable(staging)}"
+
+
+def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:
+    """The message of one of `refusals` raised inside the pipeline, else None."""
+    refusal = refusal_in(error, refusals)
+    return None if refusal is None else str(refusal)
 
 
 # Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
@@ -287,15 +401,17 @@ def _refusal_message(error: BaseException) -> str | None:
     return None if refusal is None else str(refusal)
 
 
-def refusal_in(error: BaseException) -> Exception | None:
-    """The refusal (one of REFUSALS) a failed run's exception carries, as raised; else None."""
+def refusal_in(
+    error: BaseException, kinds: tuple[type[BaseException], ...] = REFUSALS
+) -> BaseException | None:
+    """The refusal (one of `kinds`) a failed run's exception carries, as raised; else None."""
     # Raised inside the pipeline; runners re-raise it wrapped (with the worker's traceback as
     # text when the worker was another process), so look for it by name in the chain.
     while error is not None:
-        if isinstance(error, REFUSALS):
+        if isinstance(error, kinds):
             return type(error)(str(error).split(" [while running")[0])
         text = str(error)
-        for kind in REFUSALS:
+        for kind in kinds:
             marker = kind.__name__ + ": "
             if marker in text:
                 message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
@@ -304,11 +420,44 @@ def refusal_in(error: BaseException) -> Exception | None:
     return None
 
 
-def _remove_temp_files(output: str, run_id: str) -> None:
-    try:
-        remove_tree(temp_folder(output, run_id))
-    except Exception:  # noqa: BLE001  (best effort: the run already failed)
-        LOGGER.warning("could not remove %s", temp_folder(output, run_id))
+# What runners raise when a worker process dies (killed, out of memory) under a bundle.
+_LOST_WORKER = (
+    "Worker subprocess exited with return code",  # FnApiRunner, multi-process
+    "Channel closed prematurely",  # FnApiRunner: the worker's data channel
+    "KilledWorker",  # Dask: a task's workers died too often
+)
+
+
+def _lost_worker(error: BaseException) -> str | None:
+    """One line for a run whose runner lost a worker process, else None."""
+    while error is not None:
+        text = f"{type(error).__name__}: {error}"
+        for marker in _LOST_WORKER:
+            if marker in text:
+                detail = text[text.index(marker) :].splitlines()[0][:200]
+                return f"the runner lost a worker process ({detail})"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+_NO_SPACE = re.compile(r"\[Errno (28|122)\] [^:\n]+(?:: '([^'\n]+)')?")
+
+
+def _out_of_space(error: BaseException) -> str | None:
+    """A full disk or quota met outside recordforge's own writers (a spill file, Beam's own
+    files), in words; None when `error` is something else."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+            code, path = error.errno, error.filename
+        else:
+            found = _NO_SPACE.search(str(error))
+            if found is None:
+                error = error.__cause__ or error.__context__
+                continue
+            code, path = int(found.group(1)), found.group(2)
+        reason = "out of disk space" if code == errno.ENOSPC else "out of disk quota"
+        return f"{reason} while writing {path or 'a file of the run'}"
+    return None
 
 
 def _read_json(path: str) -> dict:

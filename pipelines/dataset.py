@@ -17,6 +17,7 @@ from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
 from recordforge.transforms.core.tfrecord import read_records
 from recordforge.transforms.remote_reads import open_file
+from recordforge.transforms.staging import interrupted_commit
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
 
@@ -74,9 +75,23 @@ def open_dataset(folder: str) -> DatasetFolder:
     """Read the manifest of the dataset in `folder`.
 
     Raises:
-        UsageError: `folder` holds no recordforge manifest, or one that cannot be read.
+        UsageError: `folder` holds no recordforge manifest, or one that cannot be read, or a
+            commit into it was interrupted (its files are then neither the old dataset nor the
+            new one: docs/design.md, "Commit protocol").
     """
     folder = folder.rstrip("/") if len(folder) > 1 else folder
+    try:
+        journal = interrupted_commit(folder)
+    except (*STORAGE_ERRORS, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UsageError(
+            f"cannot read the commit journal in {folder}: {_first_line(error)}"
+        ) from None
+    if journal is not None:
+        raise UsageError(
+            f"{folder} is being replaced: the commit of run {journal.get('run_id')} into it was "
+            "interrupted, so it holds neither dataset whole; run the conversion again (with "
+            "--resume to keep its work) to finish it"
+        )
     for name in (MANIFEST_FILE_BESIDE_TFDS, MANIFEST_FILE):
         path = FileSystems.join(folder, name)
         try:

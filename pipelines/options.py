@@ -227,7 +227,16 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
         "recordforge.json",
     )
     parser.add_argument(
-        "--overwrite", action="store_true", help="replace a dataset already in the output folder"
+        "--overwrite",
+        action="store_true",
+        help="replace the dataset in the output folder (it stays as it was until the new one "
+        "is complete)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a run that was killed, stopped or failed: keep the shards it staged "
+        "and write the rest (same inputs and options; refused, saying what changed, otherwise)",
     )
 
 

@@ -9,11 +9,9 @@ import dataclasses
 import logging
 import os
 import re
-import uuid
 from collections.abc import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 
 from recordforge.schemas.csv_document import MAX_SCHEMA_BYTES
 from recordforge.schemas.csv_schema import (
@@ -44,9 +42,6 @@ from recordforge.transforms.core.confine import (
 from recordforge.transforms.core.errors import InputError, UsageError
 from recordforge.transforms.core.filenames import display, from_os, to_os
 from recordforge.transforms.core.naming import (
-    MANIFEST_FILE,
-    MANIFEST_FILE_BESIDE_TFDS,
-    is_dataset_file,
     is_valid_dataset_name,
     is_valid_split_name,
 )
@@ -61,7 +56,7 @@ from recordforge.transforms.core.paths import (
 from recordforge.transforms.core.records import CsvRoles, Source
 from recordforge.transforms.listing import list_files
 from recordforge.transforms.remote_reads import open_file
-from recordforge.transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
+from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -395,6 +390,16 @@ def _with_special_columns(schema: CsvSchema, roles: CsvRoles, declared: set[str]
 
 
 def _load_schema_document(path: str) -> dict:
+    text = read_schema_text(path)
+    try:
+        return parse_schema_document(text, source_name=path)
+    except SchemaError as error:
+        raise UsageError(str(error)) from None
+
+
+def read_schema_text(path: str) -> str:
+    """The text of a schema file (local or remote), refused with one line when it is not a
+    regular file, cannot be read, is larger than a schema can be, or is not UTF-8."""
     resolved = normalize_path(path)
     if not has_scheme(resolved) and os.path.exists(resolved) and not os.path.isfile(resolved):
         # A folder, FIFO or device: never opened (a FIFO would wait for a writer forever).
@@ -409,13 +414,9 @@ def _load_schema_document(path: str) -> dict:
             f"schema file {path!r} is larger than {MAX_SCHEMA_BYTES >> 20} MiB; is it a schema?"
         )
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"schema file {path!r} is not UTF-8 text") from None
-    try:
-        return parse_schema_document(text, source_name=path)
-    except SchemaError as error:
-        raise UsageError(str(error)) from None
 
 
 def default_name(output: str) -> str:
@@ -428,65 +429,6 @@ def default_name(output: str) -> str:
 def check_name(name: str) -> None:
     if not is_valid_dataset_name(name):
         raise UsageError(f"--name {name!r}: use letters, digits, '_', '-' and '.' only")
-
-
-def check_output(output: str, sources: Sequence[Source], *, overwrite: bool) -> list[str]:
-    """Check the output folder; return what --overwrite will delete (manifest first).
-
-    Raises:
-        UsageError: the folder is not empty (without --overwrite), holds files recordforge did
-            not write, or lies inside an input folder.
-    """
-    for source in sources:
-        if source.kind == "images" and (output + "/").startswith(source.root.rstrip("/") + "/"):
-            raise UsageError(
-                f"the output folder {output!r} is inside the input {source.given!r}; "
-                "its files would be read as inputs"
-            )
-    existing = list_files(output.rstrip("/") + "/**")
-    if not existing:
-        if _is_file(output):
-            raise UsageError(f"the output {output!r} is a file, not a folder")
-        return []
-    if not overwrite:
-        raise UsageError(
-            f"the output folder {output!r} is not empty; "
-            "use --overwrite to replace the dataset in it"
-        )
-    foreign = [p for p in existing if not is_dataset_file(p[len(output.rstrip("/")) + 1 :])]
-    if foreign:
-        raise UsageError(
-            f"--overwrite: {output!r} holds files recordforge did not write (e.g. {foreign[0]!r}); "
-            "refusing to delete them"
-        )
-    # The manifest goes first: a dataset half deleted must not look complete.
-    manifests = {FileSystems.join(output, m) for m in (MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS)}
-    first = [p for p in existing if p in manifests]
-    return first + [p for p in existing if p not in manifests]
-
-
-def check_writable(output: str) -> None:
-    """Create the output folder if needed and prove a file can be written there."""
-    probe = FileSystems.join(output, f".recordforge-write-test-{uuid.uuid4().hex}")
-    try:
-        with FileSystems.create(probe, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            f.write(b"")
-        FileSystems.delete([probe])
-    except WRITE_ERRORS as error:
-        raise UsageError(
-            f"cannot write to the output folder {output!r}: {_first_line(error)}"
-        ) from None
-
-
-def delete_files(paths: Sequence[str], output: str) -> None:
-    """Delete the old dataset's files (under --overwrite), the manifest first."""
-    for path in paths:
-        FileSystems.delete([path])
-    # Leave no empty subfolders (errors/, temporary folders) behind on local disks.
-    folders = {os.path.dirname(p) for p in paths} - {output.rstrip("/")}
-    for path in sorted(folders, key=len, reverse=True):
-        if not has_scheme(path) and os.path.isdir(path) and not os.listdir(path):
-            os.rmdir(path)
 
 
 def _first_line(error: BaseException) -> str:

@@ -11,28 +11,28 @@ of its bytes instead. The records are copied byte for byte.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
 
-import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_reshard_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
-from recordforge.pipelines.runner import beam_options, runner_args
+from recordforge.pipelines.runner import beam_options, check_runner_reachable, runner_args
+from recordforge.schemas.csv_document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
-from recordforge.transforms.commit import remove_tree
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.naming import is_valid_split_name
 from recordforge.transforms.core.paths import glob_root, has_glob, is_hidden, relative_path
 from recordforge.transforms.core.tfrecord_inputs import TFRecordInput, is_metadata, split_of
 from recordforge.transforms.examples import ExamplesConfig
 from recordforge.transforms.listing import list_files
-from recordforge.transforms.remote_reads import open_file
-from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -79,7 +79,7 @@ def reshard(
     from recordforge.pipelines.cli import refusal_in
 
     args = reshard_arguments([inputs] if isinstance(inputs, str) else list(inputs), output, options)
-    output, config, files, beam = prepare_reshard(args, beam_args)
+    output, config, files, beam, prepared = prepare_reshard(args, beam_args)
     try:
         run_reshard(config, files, beam)
     except Exception as error:
@@ -87,6 +87,8 @@ def reshard(
         if refused is None:
             raise
         raise refused from None
+    finally:
+        prepared.release()
     return open_dataset(output)
 
 
@@ -105,39 +107,49 @@ def reshard_arguments(inputs: list[str], output: str, options: Mapping) -> argpa
 
 
 def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
-    """Check the options, inputs and output, and clear a dataset --overwrite replaces.
+    """Check the options, inputs and output; lock the output and stage the run, as `convert`
+    does (pipelines/output.py): the previous dataset stays until the new one commits.
 
-    Returns (output, ExamplesConfig, TFRecordInputs, PipelineOptions).
+    Returns (output, ExamplesConfig, TFRecordInputs, PipelineOptions, PreparedOutput); the
+    caller releases the PreparedOutput's lock when the run ends.
     """
     output = preflight.normalize_path(args.output)
     config, inputs = build_reshard_config(args, output=output)
     options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
-    old_files = preflight.check_output(output, (), overwrite=args.overwrite)
-    preflight.check_writable(output)
-    if old_files:
-        LOGGER.info("--overwrite: deleting the %d files of the previous dataset", len(old_files))
-        preflight.delete_files(old_files, output)
+    check_runner_reachable(options)
+    prepared = output_folder.prepare_output(
+        output,
+        run_id=config.run_id,
+        options=reshard_run_options(config),
+        overwrite=args.overwrite,
+        resume=False,
+    )
+    config = dataclasses.replace(config, staging=prepared.staging)
     LOGGER.info(
         "resharding %d TFRecord files into %s (splits %s)",
         len(inputs),
         output,
         describe_splits(config),
     )
-    return output, config, inputs, options
+    return output, config, inputs, options, prepared
+
+
+def reshard_run_options(config: ExamplesConfig) -> dict:
+    """What a run records of its options and inputs (its working folder's run record)."""
+    record = {
+        "tool_version": config.tool_version,
+        "inputs": list(config.source.get("inputs", ())),
+        "options": dict(config.options),
+    }
+    return json.loads(json.dumps(record, sort_keys=True))
 
 
 def run_reshard(
     config: ExamplesConfig, inputs: tuple[TFRecordInput, ...], options: PipelineOptions
 ) -> None:
-    """Run the pipeline; a failed run leaves no temporary files."""
-    try:
-        run_pipeline(options, lambda pipeline: build_reshard_pipeline(pipeline, config, inputs))
-    except BaseException:
-        try:
-            remove_tree(config.spill_dir)
-        except Exception:  # noqa: BLE001  (best effort: the run already failed)
-            LOGGER.warning("could not remove %s", config.spill_dir)
-        raise
+    """Run the pipeline (a failed run leaves the output folder as it was; its working folder
+    is removed by the next run)."""
+    run_pipeline(options, lambda pipeline: build_reshard_pipeline(pipeline, config, inputs))
 
 
 def build_reshard_config(
@@ -276,14 +288,13 @@ def check_apart(output: str, given: str, root: str | None, files: Sequence[str])
 
 
 def load_feature_schema(path: str) -> dict[str, FeatureType]:
-    """{key: FeatureType} from a YAML or JSON file (a recordforge manifest is one)."""
+    """{key: FeatureType} from a YAML or JSON file (a recordforge manifest is one), read and
+    parsed with the same limits as a CSV schema file (size, no aliases)."""
+    text = preflight.read_schema_text(path)
     try:
-        with open_file(preflight.normalize_path(path)) as f:
-            document = yaml.safe_load(f.read().decode("utf-8"))
-    except STORAGE_ERRORS as error:
-        raise UsageError(f"cannot read schema file {path!r}: {error}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as error:
-        raise UsageError(f"schema file {path!r} is not YAML or JSON text: {error}") from None
+        document = load_yaml_document(text, source_name=path)
+    except SchemaError as error:
+        raise UsageError(str(error)) from None
     try:
         return feature_types(document)
     except ValueError as error:

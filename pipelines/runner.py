@@ -6,10 +6,12 @@ import argparse
 import contextlib
 import importlib
 import importlib.util
+import socket
 from collections.abc import Iterator, Sequence
 
 import grpc
 from apache_beam.options.pipeline_options import (
+    GoogleCloudOptions,
     PipelineOptions,
     PortableOptions,
     SetupOptions,
@@ -21,6 +23,8 @@ from recordforge.transforms.core.errors import UsageError
 
 # Addresses that mean "every interface"; local runs bind them to the loopback interface instead.
 _WILDCARD_HOSTS = ("[::]", "0.0.0.0", "", "localhost", "[::1]")
+# How long the preflight waits for a job service, worker pool or Dask scheduler to answer.
+CONNECT_TIMEOUT_SECONDS = 5.0
 
 
 # Short runner names recordforge adds to Beam's own (Beam knows "portable", "flink", ... but not
@@ -174,6 +178,60 @@ def _check_runner_needs(options: PipelineOptions) -> None:
             raise UsageError(
                 "--runner portable needs --job_endpoint HOST:PORT, a running Beam job service"
             )
+
+
+def check_runner_reachable(options: PipelineOptions) -> None:
+    """Fail in seconds, before a pipeline is built, when a runner cannot work: a job service,
+    worker pool or Dask scheduler that does not accept a connection, or Dataflow without the
+    project, region and temporary location it needs.
+
+    Raises:
+        UsageError: one line naming the option and the address or what is missing.
+    """
+    runner = (options.view_as(StandardOptions).runner or "").rpartition(".")[2].lower()
+    portable = options.view_as(PortableOptions)
+    if runner in ("portable", "portablerunner") and portable.job_endpoint != "embed":
+        _check_connects("--job_endpoint", "the Beam job service", portable.job_endpoint)
+    if (portable.environment_type or "").upper() == "EXTERNAL" and portable.environment_config:
+        _check_connects(
+            "--worker_pool/--environment_config", "the SDK worker pool", portable.environment_config
+        )
+    if options.view_as(StandardOptions).runner == _DASK_RUNNER:
+        address = options.get_all_options().get("address")
+        _check_connects("--dask_client_address", "the Dask scheduler", address)
+    if runner in ("dataflow", "dataflowrunner"):
+        cloud = options.view_as(GoogleCloudOptions)
+        missing = [
+            flag
+            for flag, value in (
+                ("--project", cloud.project),
+                ("--region", cloud.region),
+                ("--temp_location", cloud.temp_location),
+            )
+            if not value
+        ]
+        if missing:
+            raise UsageError(
+                f"--runner DataflowRunner needs {', '.join(missing)} (the temporary location "
+                "a gs:// folder its workers can write)"
+            )
+
+
+def _check_connects(option: str, what: str, address: str) -> None:
+    scheme, _, rest = address.rpartition("://")
+    host, _, port = (rest if scheme else address).rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{option} wants HOST:PORT, got {address!r}")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_SECONDS):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error) or type(error).__name__
+        raise UsageError(
+            f"{what} at {address} ({option}) does not answer: {reason}; start it, or check the "
+            "address"
+        ) from None
 
 
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import uuid
 from collections.abc import Mapping
@@ -10,8 +11,9 @@ from collections.abc import Mapping
 import apache_beam as beam
 
 from recordforge.pipelines import options as cli_options
+from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
-from recordforge.pipelines.reshard import load_feature_schema
+from recordforge.pipelines.reshard import load_feature_schema, reshard_run_options
 from recordforge.schemas.features import FeatureType, feature_types
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.examples import ExamplesConfig, ParkElements, WriteExamples
@@ -34,7 +36,7 @@ class WriteDataset(beam.PTransform):
     overwrite; and the features' types: schema (a YAML or JSON file, as `reshard --schema`
     reads) or features ({key: dtype or {"dtype": ..., "shape": [...]}}). Mistakes raise
     UsageError (a ValueError) here; the output folder is checked (and, with overwrite, the
-    dataset in it deleted) when the transform is applied.
+    dataset in it replaced when the pipeline commits) when the transform is applied.
     """
 
     def __init__(self, output: str, **options) -> None:
@@ -51,11 +53,18 @@ class WriteDataset(beam.PTransform):
 
     def expand(self, records):
         config = self._config
-        old_files = preflight.check_output(config.output, (), overwrite=self._overwrite)
-        preflight.check_writable(config.output)
-        if old_files:
-            LOGGER.info("overwrite: deleting the %d files of the previous dataset", len(old_files))
-            preflight.delete_files(old_files, config.output)
+        # Staged as `convert` stages (pipelines/output.py): the previous dataset stays until the
+        # new one commits. The lock is given back at once: the pipeline runs when its owner
+        # runs it (or never), so no run of this process could be told apart from a dead one.
+        prepared = output_folder.prepare_output(
+            config.output,
+            run_id=config.run_id,
+            options=reshard_run_options(config),
+            overwrite=self._overwrite,
+            resume=False,
+        )
+        prepared.release()
+        config = dataclasses.replace(config, staging=prepared.staging)
         return records | "WriteExamples" >> WriteExamples(config, ParkElements(config))
 
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from recordforge.pipelines.cli import main
+from recordforge.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

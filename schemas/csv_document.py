@@ -114,18 +114,11 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_schema_document(text: str, *, source_name: str) -> dict:
-    """Parse a schema file's text (YAML or JSON, since JSON is YAML) into the raw document.
-
-    Args:
-        text: the file's content.
-        source_name: the file's name, for messages.
-
-    Returns:
-        The document as a dict, checked against the schema format (column names as strings).
+def load_yaml_document(text: str, *, source_name: str) -> Any:
+    """Parse YAML or JSON text safely (a SafeLoader): a size limit, no aliases, no duplicate keys.
 
     Raises:
-        SchemaError: the text is not YAML/JSON, or the document does not have the right shape.
+        SchemaError: the text is too large, not YAML/JSON, nested too deeply, or empty.
     """
     if len(text) > MAX_SCHEMA_BYTES:
         raise SchemaError(
@@ -145,6 +138,23 @@ def parse_schema_document(text: str, *, source_name: str) -> dict:
         raise SchemaError(f"{source_name}: not valid YAML or JSON{where}: {problem}") from None
     if document is None:
         raise SchemaError(f"{source_name}: the schema file is empty")
+    return document
+
+
+def parse_schema_document(text: str, *, source_name: str) -> dict:
+    """Parse a schema file's text (YAML or JSON, since JSON is YAML) into the raw document.
+
+    Args:
+        text: the file's content.
+        source_name: the file's name, for messages.
+
+    Returns:
+        The document as a dict, checked against the schema format (column names as strings).
+
+    Raises:
+        SchemaError: the text is not YAML/JSON, or the document does not have the right shape.
+    """
+    document = load_yaml_document(text, source_name=source_name)
     validate_document(document, source_name=source_name)
     columns = document.get("columns")
     if columns:

@@ -1,8 +1,13 @@
-"""An HTTP proxy in front of the storage emulator that counts the bytes of each object download.
+"""An HTTP proxy in front of the storage emulator: counts downloads, enforces preconditions,
+and fails requests on demand.
 
-The emulator does not say what it served. Clients pointed at this proxy (STORAGE_EMULATOR_HOST)
-reach the emulator through it unchanged; for every media download (`alt=media`) it records the
-object and the body's length, so a test can tell how much of a file a run actually fetched.
+Clients pointed at this proxy (STORAGE_EMULATOR_HOST) reach the emulator through it. For every
+media download (`alt=media`) it records the object and the body's length, so a test can tell how
+much of a file a run actually fetched. The emulator ignores generation preconditions
+(`ifGenerationMatch`), which Cloud Storage enforces and recordforge's lock relies on: with
+`preconditions`, the proxy checks them itself, as Cloud Storage documents (0: the object must
+not exist; N: its generation must be N; otherwise 412 Precondition Failed). And `Faults` makes it
+answer chosen requests with an error, as an overloaded or failing service would.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ import collections
 import contextlib
 import http.client
 import http.server
+import json
 import re
+import sys
 import threading
+import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 _OBJECT_PATH = re.compile(r"/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<name>.+)$")
 # Headers that belong to one connection, not to the request or response carried over it.
@@ -42,6 +50,73 @@ class Downloads:
             self._sizes.clear()
 
 
+class Faults:
+    """Which requests the proxy answers with an error instead of forwarding them.
+
+    `fail(status, count=..., seconds=..., when=...)`: the next `count` requests (or all for
+    `seconds`) for which `when(method, path)` holds get `status`. `failed` counts those answered
+    so.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rule: tuple | None = None
+        self.failed = 0
+
+    def fail(
+        self,
+        status: int = 503,
+        *,
+        count: int | None = None,
+        seconds: float | None = None,
+        when: Callable[[str, str], bool] = lambda method, path: True,
+    ) -> None:
+        until = time.monotonic() + seconds if seconds is not None else None
+        with self._lock:
+            self._rule = (status, count, until, when)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._rule = None
+
+    def status_for(self, method: str, path: str) -> int | None:
+        with self._lock:
+            if self._rule is None:
+                return None
+            status, count, until, when = self._rule
+            if until is not None and time.monotonic() > until:
+                self._rule = None
+                return None
+            if not when(method, path):
+                return None
+            if count is not None:
+                if count <= 0:
+                    self._rule = None
+                    return None
+                self._rule = (status, count - 1, until, when)
+            self.failed += 1
+            return status
+
+
+def _precondition(method: str, path: str, body: bytes | None) -> tuple[str, str, int] | None:
+    """(bucket, object, expected generation) of a request that carries ifGenerationMatch."""
+    url = urllib.parse.urlsplit(path)
+    query = urllib.parse.parse_qs(url.query)
+    if "ifGenerationMatch" not in query:
+        return None
+    expected = int(query["ifGenerationMatch"][0])
+    match = re.search(r"/b/(?P<bucket>[^/]+)/o(?:/(?P<name>.+))?$", url.path)
+    if match is None:
+        return None
+    name = match["name"] and urllib.parse.unquote(match["name"])
+    if not name and "name" in query:
+        name = query["name"][0]
+    if not name and body:
+        found = re.search(rb'"name"\s*:\s*"([^"]+)"', body)
+        name = found and json.loads(b'"' + found.group(1) + b'"')
+    return (match["bucket"], name, expected) if name else None
+
+
 def _downloaded_object(path: str) -> str | None:
     """`bucket/name` when a request path is a media download (JSON API), else None."""
     url = urllib.parse.urlsplit(path)
@@ -52,7 +127,24 @@ def _downloaded_object(path: str) -> str | None:
     return None if match is None else f"{match['bucket']}/{urllib.parse.unquote(match['name'])}"
 
 
-def _handler(upstream: tuple[str, int], downloads: Downloads):
+def _generation(upstream: tuple[str, int], bucket: str, name: str) -> int:
+    """The object's generation in the emulator, 0 when it does not exist."""
+    connection = http.client.HTTPConnection(*upstream, timeout=60)
+    try:
+        quoted = urllib.parse.quote(name, safe="")
+        connection.request("GET", f"/storage/v1/b/{bucket}/o/{quoted}")
+        response = connection.getresponse()
+        payload = response.read()
+    finally:
+        connection.close()
+    if response.status == 404:
+        return 0
+    return int(json.loads(payload)["generation"])
+
+
+def _handler(upstream: tuple[str, int], downloads: Downloads, faults: Faults, preconditions: bool):
+    checked = threading.Lock()  # a check and the request it guards, one at a time
+
     class Forward(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep clients' connections alive, as the emulator does
 
@@ -61,6 +153,31 @@ def _handler(upstream: tuple[str, int], downloads: Downloads):
             if self.headers.get("Transfer-Encoding"):
                 raise RuntimeError("chunked request bodies are not forwarded by this proxy")
             body = self.rfile.read(length) if length else None
+            status = faults.status_for(self.command, self.path)
+            if status is not None:
+                self._reply(status, {"error": {"code": status, "message": "injected by a test"}})
+                return
+            condition = _precondition(self.command, self.path, body) if preconditions else None
+            if condition is None:
+                self._relay(body)
+                return
+            bucket, name, expected = condition
+            with checked:
+                if _generation(upstream, bucket, name) != expected:
+                    error = {"code": 412, "message": "conditionNotMet", "errors": []}
+                    self._reply(412, {"error": error})
+                    return
+                self._relay(body)
+
+        def _reply(self, status: int, document: dict) -> None:
+            payload = json.dumps(document).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def _relay(self, body: bytes | None) -> None:
             headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
             connection = http.client.HTTPConnection(*upstream, timeout=60)
             try:
@@ -89,23 +206,45 @@ def _handler(upstream: tuple[str, int], downloads: Downloads):
     return Forward
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        # A client killed in the middle of a request (the fault tests kill runs) is expected.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextlib.contextmanager
 def counting_proxy(upstream_endpoint: str) -> Iterator[tuple[str, Downloads]]:
     """Serve a counting proxy of `upstream_endpoint` (http://127.0.0.1:PORT) on 127.0.0.1.
 
     Yields its endpoint and the Downloads it records; stops it on exit.
     """
+    with storage_proxy(upstream_endpoint) as (endpoint, downloads, _):
+        yield endpoint, downloads
+
+
+@contextlib.contextmanager
+def storage_proxy(
+    upstream_endpoint: str, *, preconditions: bool = False
+) -> Iterator[tuple[str, Downloads, Faults]]:
+    """Serve a proxy of `upstream_endpoint` (http://127.0.0.1:PORT) on 127.0.0.1.
+
+    Yields its endpoint, the Downloads it records and the Faults it injects; stops it on exit.
+    With `preconditions`, it enforces ifGenerationMatch as Cloud Storage does.
+    """
     upstream = urllib.parse.urlsplit(upstream_endpoint)
     downloads = Downloads()
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), _handler((upstream.hostname, upstream.port), downloads)
+    faults = Faults()
+    server = _Server(
+        ("127.0.0.1", 0),
+        _handler((upstream.hostname, upstream.port), downloads, faults, preconditions),
     )
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="gcs-traffic", daemon=True)
     thread.start()
     try:
         host, port = server.server_address[:2]
-        yield f"http://{host}:{port}", downloads
+        yield f"http://{host}:{port}", downloads, faults
     finally:
         server.shutdown()
         server.server_close()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import socket
 import subprocess
+import time
 
 import apache_beam as beam
 import pytest
-from conftest import make_image, read_errors, shard_files
+from conftest import make_image, shard_files
 
 from recordforge.pipelines.options import tool_version
 from recordforge.transforms import write as write_module
@@ -117,7 +119,7 @@ def test_unwritable_output(small_folder, tmp_path, cli):
     _assert_usage_error(cli("convert", small_folder, "-o", out), "cannot write")
 
 
-def test_error_rate_exceeded_fails_without_manifest_but_with_errors(small_folder, tmp_path, cli):
+def test_error_rate_exceeded_fails_and_leaves_the_output_as_it_was(small_folder, tmp_path, cli):
     for i in range(3):
         (small_folder / "a" / f"bad{i}.jpg").write_bytes(b"not an image at all")
     out = tmp_path / "out"
@@ -125,15 +127,24 @@ def test_error_rate_exceeded_fails_without_manifest_but_with_errors(small_folder
     assert result.returncode == 1, result.stderr
     assert "3 of 7 inputs failed (42.9%)" in result.stderr
     assert "Traceback" not in result.stderr
-    assert not (out / "dataset_info.json").exists()
-    assert shard_files(out) == []
-    assert len(read_errors(out)) == 3
-    assert _tree(out) == ["errors", "errors/probe.jsonl"]
-    # Under the limit the same input converts, and reports its errors prominently.
-    out2 = tmp_path / "out2"
-    result = cli("convert", small_folder, "-o", out2, "--max-error-rate", "0.5")
+    # Nothing is committed: no output folder, the reasons in the run's working folder.
+    work = tmp_path / ".out.recordforge"
+    assert not out.exists()
+    assert f"The reasons are in {work}/errors" in result.stderr
+    assert _tree(work / "errors") == ["probe.jsonl"]
+    assert len((work / "errors" / "probe.jsonl").read_text().splitlines()) == 3
+    assert not (tmp_path / ".out.recordforge-lock").exists()
+    # Under the limit the same input converts (the failed run's leftovers go), and reports its
+    # errors prominently.
+    result = cli("convert", small_folder, "-o", out, "--max-error-rate", "0.5")
     assert result.returncode == 0, result.stderr
     assert "WARNING: 3 of 7 inputs failed" in result.stderr
+    assert not work.exists()
+    # A rerun that fails its error rate leaves the dataset it would replace as it was.
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    result = cli("convert", small_folder, "-o", out, "--max-error-rate", "0.2", "--overwrite")
+    assert result.returncode == 1, result.stderr
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
 def test_a_crash_mid_run_leaves_no_manifest_and_no_partial_shard(
@@ -184,7 +195,8 @@ def test_a_run_where_every_input_fails_is_a_failure(tmp_path, cli):
     result = cli("convert", tmp_path / "in", "-o", out)
     assert result.returncode == 1
     assert "all 2 inputs failed" in result.stderr and "Traceback" not in result.stderr
-    assert _tree(out) == ["errors", "errors/probe.jsonl"]
+    assert not out.exists()
+    assert _tree(tmp_path / ".out.recordforge" / "errors") == ["probe.jsonl"]
 
 
 @pytest.mark.parametrize("command", ["verify", "inspect"])
@@ -201,3 +213,85 @@ def test_output_cut_short_by_a_pipe_is_not_an_error(photo_folder, tmp_path, cli,
     _, stderr = reader.communicate(timeout=300)
     assert reader.returncode == 0, stderr
     assert b"Traceback" not in stderr and b"BrokenPipe" not in stderr
+
+
+# --- runner preflight: a runner that cannot work fails in seconds, before anything is written ---
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens there once the socket is closed
+
+
+@pytest.mark.parametrize(
+    ("runner", "phrase"),
+    [
+        (["--runner", "portable", "--job_endpoint", "127.0.0.1:{port}"], "the Beam job service"),
+        (["--runner", "dask", "--dask_client_address", "127.0.0.1:{port}"], "the Dask scheduler"),
+        (
+            ["--runner", "portable", "--job_endpoint", "127.0.0.1:{listening}"]
+            + ["--worker_pool", "127.0.0.1:{port}"],
+            "the SDK worker pool",
+        ),
+        (["--runner", "DataflowRunner", "--project", "p"], "--region, --temp_location"),
+    ],
+    ids=["job-endpoint", "dask-scheduler", "worker-pool", "dataflow-options"],
+)
+def test_a_runner_that_cannot_work_is_a_usage_error_within_seconds(
+    small_folder, tmp_path, cli, runner, phrase
+):
+    with socket.socket() as listening:  # a job service that does answer
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        values = {"port": _closed_port(), "listening": listening.getsockname()[1]}
+        started = time.monotonic()
+        result = cli(
+            "convert", small_folder, "-o", tmp_path / "out", *[a.format(**values) for a in runner]
+        )
+        seconds = time.monotonic() - started
+    _assert_usage_error(result, phrase)
+    assert seconds < 60  # the program's start-up included; the check itself waits 5 s at most
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_second_run_into_the_same_output_is_refused_naming_the_first(small_folder, tmp_path):
+    from conftest import RECORDFORGE
+
+    out = tmp_path / "out"
+    lock = tmp_path / ".out.recordforge-lock"
+    first = subprocess.Popen(
+        [RECORDFORGE, "convert", str(small_folder), "-o", str(out), "--name", "one"]
+        + ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    holder = json.loads(lock.read_text())
+    second = subprocess.run(
+        [RECORDFORGE, "convert", str(small_folder), "-o", str(out), "--name", "two"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    _, stderr = first.communicate(timeout=300)
+    assert first.returncode == 0, stderr
+    _assert_usage_error(second, "another conversion is writing this output", holder["run_id"])
+    assert f"pid {holder['pid']} on " in second.stderr
+    assert [p.name for p in shard_files(out)] == ["one-train.tfrecord-00000-of-00001"]
+    assert not lock.exists()
+
+
+def test_overwrite_refuses_a_dataset_recordforge_did_not_write(small_folder, tmp_path, cli):
+    """A TFDS dataset (TFDS's own dataset_info.json, features.json and shards): not ours."""
+    tfds_made = tmp_path / "tfds"
+    assert cli("convert", small_folder, "-o", tfds_made, "--tfds").returncode == 0
+    (tfds_made / "recordforge.json").unlink()  # what TFDS itself writes has no such file
+    before = _tree(tfds_made)
+    _assert_usage_error(
+        cli("convert", small_folder, "-o", tfds_made, "--overwrite"), "did not write"
+    )
+    assert _tree(tfds_made) == before

@@ -59,6 +59,7 @@ SAMPLES = {
     "write_index": "true",
     "tfds": "false",
     "overwrite": "true",
+    "resume": "true",
     "verbose": "2",
     "quiet": "0",
 }

@@ -89,7 +89,7 @@ def test_the_sdist_installs_only_recordforges_packages(sdist, tmp_path):
         scripts = archive.read(entry_points).decode()
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top_level == {"recordforge"}  # no pipelines/, tests/, deploy/, benchmarks/ beside it
-    assert "recordforge = recordforge.pipelines.cli:main" in scripts
+    assert "recordforge = recordforge.command:main" in scripts
     assert "recordforge/schemas/recordforge_example.proto" in names
     for package in PACKAGES:
         assert f"{package.replace('.', '/')}/__init__.py" in names, package

@@ -18,8 +18,10 @@ from apache_beam.io.filesystem import BeamIOError
 from conftest import BAD_FILES, make_image
 
 from recordforge.pipelines import iterate
+from recordforge.pipelines.dataset import open_dataset
 from recordforge.pipelines.preflight import resolve_sources
 from recordforge.pipelines.verify import verify_dataset
+from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.listing import list_files
 from recordforge.transforms.write import publish
 
@@ -197,11 +199,11 @@ def test_a_table_without_images_gs_to_gs_matches_a_local_run(gcs, bucket, tmp_pa
 
 
 # The CLI, in a process that is killed outright (SIGKILL: no cleanup of any kind) the moment
-# the commit starts: every shard has been written, nothing has been renamed into place.
+# the commit starts: every shard has been staged, no final name has been touched.
 _KILLED_AT_COMMIT = """
 import os, signal, sys
 import recordforge.transforms.commit
-recordforge.transforms.commit.publish = lambda staged: os.kill(os.getpid(), signal.SIGKILL)
+recordforge.transforms.commit.commit = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 from recordforge.pipelines.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -222,26 +224,37 @@ def test_a_run_killed_before_its_commit_leaves_nothing_under_final_names(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
 
     left = sorted(download(gcs, bucket, "out"))
-    assert left and all(name.startswith(".recordforge-tmp-") for name in left), left
-    assert sum(".tfrecord-" in name for name in left) == 4  # the shards were written
+    assert ".recordforge-lock" in left  # the killed run's
+    assert all(n.startswith((".recordforge-staging/", ".recordforge-lock")) for n in left), left
+    staged = [n for n in left if ".tfrecord-" in n and n.endswith(".part.json")]
+    assert len(staged) == 4  # the shards were staged
 
-    # The leftovers are recordforge's: a rerun with --overwrite replaces them.
-    rerun = cli("convert", *args, "--overwrite")
+    # A reader refuses the folder: it holds no dataset.
+    with pytest.raises(UsageError, match="not a recordforge dataset"):
+        open_dataset(f"gs://{bucket}/out")
+    # The killed run's lock: its process is gone on this host, so the lock is taken over, and
+    # --resume keeps the staged shards.
+    rerun = cli("convert", *args, "--resume")
     assert rerun.returncode == 0, rerun.stderr
-    assert not [n for n in download(gcs, bucket, "out") if n.startswith(".recordforge-tmp-")]
+    assert rerun.stderr.count("staged by an earlier run") == 4, rerun.stderr
+    assert not [n for n in download(gcs, bucket, "out") if n.startswith(".recordforge")]
     report = verify_dataset(f"gs://{bucket}/out")
     assert (report.findings.errors, report.findings.warnings) == (0, 0)
     assert (report.shards, report.records) == (4, 10)
 
 
-def test_a_run_failed_on_its_error_rate_leaves_only_the_errors(gcs, bucket, photo_folder, cli):
+def test_a_run_failed_on_its_error_rate_leaves_the_output_as_it_was(gcs, bucket, photo_folder, cli):
     upload(gcs, photo_folder, bucket, "in/photos")
     output = f"gs://{bucket}/out"
     result = cli("convert", f"gs://{bucket}/in/photos", "-o", output, "--max-error-rate", "0.1")
     assert result.returncode == 1, result.stderr
     assert "5 of 15 inputs failed (33.3%), more than --max-error-rate 0.1 allows" in result.stderr
-    assert f"The reasons are in {output}/errors" in result.stderr
-    assert sorted(download(gcs, bucket, "out")) == ["errors/probe.jsonl"]
+    assert f"The reasons are in {output}/.recordforge-staging/errors" in result.stderr
+    # Only the run's working folder: its errors files, to say why.
+    assert sorted(download(gcs, bucket, "out")) == [
+        ".recordforge-staging/errors/probe.jsonl",
+        ".recordforge-staging/run.json",
+    ]
 
 
 def test_a_missing_bucket_is_a_usage_error(gcs, bucket, photo_folder, cli):

@@ -33,7 +33,7 @@ def test_the_installed_distribution_holds_one_top_level_package():
         for e in importlib.metadata.entry_points(group="console_scripts")
         if e.name == "recordforge"
     ]
-    assert script.value == "recordforge.pipelines.cli:main"
+    assert script.value == "recordforge.command:main"
 
 
 def test_import_recordforge_loads_neither_beam_nor_tensorflow(tmp_path):

@@ -361,6 +361,38 @@ def test_overwrite_replaces_a_tfds_dataset_with_a_plain_one(tmp_path, cli, conve
 
 
 @pytest.mark.parametrize("variant", ["plain", "gzipped"])
+def test_readme_beam_recipe_reads_every_shard_of_a_split(converted, variant, tmp_path, monkeypatch):
+    # The README's recipe, as a user would paste it: the shard list from the manifest.
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = re.search(r"### Apache Beam\n\n```python\n(.*?)```", readme, re.S)
+    out = converted[variant]
+    expected = [
+        record
+        for shard in _manifest(out)["splits"]["train"]["shards"]
+        for record in _tf_records(out / shard["file"])
+    ]
+    assert len(expected) > 10
+    (tmp_path / "out").symlink_to(out)
+    monkeypatch.chdir(tmp_path)
+    code = block.group(1).replace("with beam.Pipeline() as pipeline:", "with pipeline:")
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    pipeline = beam.Pipeline(runner=FnApiRunner())
+    code += "    assert_that(records, equal_to(expected))\n"
+    exec(
+        code,
+        {
+            "pipeline": pipeline,
+            "expected": expected,
+            "assert_that": assert_that,
+            "equal_to": equal_to,
+        },
+    )
+
+
+@pytest.mark.parametrize("variant", ["plain", "gzipped"])
 def test_beam_read_from_tfrecord_reads_every_shard(converted, variant):
     # The pattern a user would write; index files must not match it.
     import apache_beam as beam

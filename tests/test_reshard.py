@@ -218,7 +218,8 @@ def test_a_feature_schema_types_features_and_quarantines_records_that_disagree(t
         "2 records: one feature spec cannot parse them all"
     ), refused.stderr
     assert "Traceback" not in refused.stderr
-    assert not any((tmp_path / "refused").iterdir())  # no manifest, no temporary files
+    # The output folder is as it was (absent): no manifest, no shards, no temporary files.
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
     # With the schema, the float records go to the quarantine.
     schema = tmp_path / "schema.yaml"
     schema.write_text("features:\n  x: {dtype: int64, shape: []}\n")
@@ -248,6 +249,8 @@ def test_a_feature_schema_types_features_and_quarantines_records_that_disagree(t
         ("around", "is inside the input"),
         ("mixed", "some inputs are in splits ("),
         ("schema", "schema file "),
+        ("alias bomb", "aliases (*name) are not allowed"),
+        ("schema folder", "is not a regular file"),
         ("splits", "--splits: fractions must add up to 1"),
         ("empty", "holds no TFRecord files"),
     ],
@@ -257,6 +260,9 @@ def test_usage_mistakes_are_one_line_and_write_nothing(tmp_path, case, message):
     write_tfrecords(one, examples(3, 4))
     write_tfrecords(tmp_path / "data" / "loose.tfrecord", examples(2, 5))
     (tmp_path / "bad.yaml").write_text("features: {x: text}\n")
+    # The "billion laughs": each line doubles the last; expanded, it would not fit in memory.
+    bomb = ["a0: &a0 [x, x]"] + [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]" for i in range(1, 60)]
+    (tmp_path / "bomb.yaml").write_text("\n".join(bomb) + "\n")
     (tmp_path / "hidden-only").mkdir()
     (tmp_path / "hidden-only" / ".x").write_text("")
     out = tmp_path / "out"
@@ -266,6 +272,8 @@ def test_usage_mistakes_are_one_line_and_write_nothing(tmp_path, case, message):
         "around": (tmp_path / "data", "--output", tmp_path / "data" / "out", "--splits", "a=1"),
         "mixed": (tmp_path / "data", "--output", out),
         "schema": (one, "--output", out, "--schema", tmp_path / "bad.yaml"),
+        "alias bomb": (one, "--output", out, "--schema", tmp_path / "bomb.yaml"),
+        "schema folder": (one, "--output", out, "--schema", tmp_path / "hidden-only"),
         "splits": (one, "--output", out, "--splits", "train=0.5"),
         "empty": (tmp_path / "hidden-only", "--output", out),
     }[case]
@@ -295,5 +303,30 @@ def test_python_reshard_returns_the_dataset(examplegen, tmp_path):
     )
     with pytest.raises(ValueError, match="reshard\\(\\) has no option 'num_host'"):
         recordforge.reshard(str(artifact), str(tmp_path / "x"), num_host=2)
-    with pytest.raises(ValueError, match="--num-hosts must be at least 1"):
+    with pytest.raises(ValueError, match="--num-hosts must be between 1 and"):
         recordforge.reshard(str(artifact), str(tmp_path / "x"), num_hosts=0)
+
+
+def test_a_refused_overwrite_leaves_the_previous_dataset_as_it_was(tmp_path):
+    """reshard --overwrite stages like convert: the old dataset stays until the new one commits."""
+    import tensorflow as tf
+
+    def record(value) -> bytes:
+        kind = (
+            tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+            if isinstance(value, int)
+            else tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+        )
+        return tf.train.Example(features=tf.train.Features(feature={"x": kind})).SerializeToString()
+
+    write_tfrecords(tmp_path / "good.tfrecord", [record(i) for i in range(20)])
+    write_tfrecords(tmp_path / "mixed.tfrecord", [record(1), record(0.5)])
+    out = tmp_path / "out"
+    assert run_cli("reshard", tmp_path / "good.tfrecord", "--output", out).returncode == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    refused = run_cli("reshard", tmp_path / "mixed.tfrecord", "--output", out, "--overwrite")
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+    assert run_cli("verify", out).returncode == 0

@@ -256,7 +256,7 @@ def test_write_shard_frames_a_table_in_key_order_with_its_index(tmp_path):
         RecordRef("train", order, len(ex) + FRAMING_BYTES, ex, None, None, "t.csv", i, i % 2, None)
         for i, (order, ex) in enumerate(examples.items())
     ]
-    fn = _WriteShardFn(str(tmp_path / "out"), "ds", "none", "run", write_index=True)
+    fn = _WriteShardFn(str(tmp_path / "parts"), "ds", "none", write_index=True)
     layouts = {"train": types.SimpleNamespace(plan=types.SimpleNamespace(num_shards=1))}
     fn.setup()
     try:
@@ -298,7 +298,7 @@ def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_one
     refs = [ref("a", b"1"), ref("b", b"2"), ref("c", b"3"), ref("d", b"4")]
     (images / "b").unlink()  # vanished since probing
     (images / "c").write_bytes(contents["c"] + b"more")  # changed since probing
-    fn = _WriteShardFn(str(tmp_path / "out"), "ds", "none", "run", write_index=True)
+    fn = _WriteShardFn(str(tmp_path / "parts"), "ds", "none", write_index=True)
     layouts = {"train": types.SimpleNamespace(plan=types.SimpleNamespace(num_shards=1))}
     fn.setup()
     try:

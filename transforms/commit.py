@@ -1,9 +1,12 @@
-"""The commit: checks that all results arrived, moves the files into place, writes the manifest."""
+"""The commit: checks that all results arrived, assembles the manifest, puts the dataset in place.
+
+How the staged files become the output folder's is transforms/staging.py.
+"""
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import apache_beam as beam
@@ -21,19 +24,24 @@ from recordforge.transforms.core.assemble import (
 )
 from recordforge.transforms.core.errors import ErrorRateExceeded
 from recordforge.transforms.core.naming import (
-    ERRORS_DIR,
     MANIFEST_FILE,
     MANIFEST_FILE_BESIDE_TFDS,
 )
+from recordforge.transforms.lock import release_lock
 from recordforge.transforms.progress import LOGGER
-from recordforge.transforms.write import publish, temp_folder, write_atomically
+from recordforge.transforms.staging import Staging, commit
+from recordforge.transforms.write import publish, raise_if_out_of_space
 
 
 @dataclass(frozen=True)
 class CommitConfig:
-    """What the commit needs besides the pipeline's results."""
+    """What the commit needs besides the pipeline's results.
 
-    output: str
+    `detached`: the launcher does not wait for the run (a submitted Dataflow job), so the
+    commit releases the output folder's lock itself.
+    """
+
+    staging: Staging
     name: str
     run_id: str
     tool_version: str
@@ -45,6 +53,8 @@ class CommitConfig:
     plan_config: Mapping = field(default_factory=dict)
     options: Mapping = field(default_factory=dict)
     source: Mapping = field(default_factory=dict)
+    run_key: str = ""
+    detached: bool = False
 
 
 class Commit(beam.PTransform):
@@ -81,22 +91,21 @@ class _CommitFn(beam.DoFn):
 
     def process(self, results, layouts, labels, tally, counts, ignored):
         config = self._config
+        staging = config.staging
         shards = results.shards
         error_files = results.error_files
         errors = summarize_errors(error_files)
         failure = error_rate_message(
-            errors.count,
-            counts.num_inputs,
-            config.max_error_rate,
-            FileSystems.join(config.output, ERRORS_DIR),
+            errors.count, counts.num_inputs, config.max_error_rate, staging.errors
         )
-        # Everything the run wrote is still under temporary names: now it moves into place,
-        # the errors always (they say why a run failed), the shards only for a good run.
-        publish(pair for result in error_files for pair in result.staged)
         if failure:
-            remove_tree(temp_folder(config.output, config.run_id))
+            # Nothing is committed: the errors files stay in the working folder, to say why.
+            publish(
+                (source, FileSystems.join(staging.work, relative))
+                for result in error_files
+                for source, relative in result.staged
+            )
             raise ErrorRateExceeded(failure)
-        publish(pair for shard in shards for pair in shard.staged)
         source = dict(config.source)
         source.update(skipped.source_fields(ignored))
         if labels.note:
@@ -125,25 +134,20 @@ class _CommitFn(beam.DoFn):
         # Ours comes last: its presence means the dataset is complete.
         manifest_file = MANIFEST_FILE_BESIDE_TFDS if config.tfds else MANIFEST_FILE
         documents.append((manifest_file, manifest.to_json()))
-        for name, text in documents:
-            write_atomically(
-                FileSystems.join(config.output, name),
-                temp_folder(config.output, config.run_id),
-                lambda f, text=text: f.write(text.encode("utf-8")),
+        files = [pair for shard in shards for pair in shard.staged]
+        files += [pair for result in error_files for pair in result.staged]
+        try:
+            commit(
+                staging,
+                run_id=config.run_id,
+                run_key=config.run_key,
+                files=files,
+                documents=[(name, text.encode("utf-8")) for name, text in documents],
             )
-        remove_tree(temp_folder(config.output, config.run_id))
-        LOGGER.info("wrote %s", FileSystems.join(config.output, manifest_file))
+        except OSError as error:
+            raise_if_out_of_space(error, "the manifest", staging.work)
+            raise
+        if config.detached:
+            release_lock(staging.lock, config.run_id)
+        LOGGER.info("wrote %s", FileSystems.join(staging.output, manifest_file))
         yield manifest.to_dict()
-
-
-def remove_tree(folder: str) -> None:
-    """Delete a folder and everything in it, on any Beam filesystem; no error if it is absent."""
-    (matched,) = FileSystems.match([FileSystems.join(folder, "**")])
-    _delete([m.path for m in matched.metadata_list])
-    if FileSystems.exists(folder):
-        FileSystems.delete([folder])
-
-
-def _delete(paths: Sequence[str]) -> None:
-    if paths:
-        FileSystems.delete(list(paths))

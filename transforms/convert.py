@@ -26,14 +26,9 @@ from recordforge.transforms.core.statistics import ErrorSample
 from recordforge.transforms.discover import CSV_FILES, IGNORED, RECEIPTS, ListInputs
 from recordforge.transforms.probe import ProbeImages
 from recordforge.transforms.shard import PlanShards
+from recordforge.transforms.staging import Staging, default_staging
 from recordforge.transforms.table import BLOCKS, PlaceTable, ReadTable
-from recordforge.transforms.write import (
-    ImageChecks,
-    WriteErrors,
-    WriteShards,
-    temp_folder,
-    write_atomically,
-)
+from recordforge.transforms.write import ImageChecks, WriteErrors, WriteShards, write_atomically
 
 ERRORS = "errors"
 
@@ -66,9 +61,15 @@ class ConvertConfig:
             opened under, symbolic links resolved (transforms.core.confine).
         stray_files: "error" or "unlabeled": what becomes of an image outside the class
             folders of a labelled folder source.
-        run_id: names this run's temporary folder.
+        run_id: the run's id (in its lock and commit journal).
         tool_version: recorded in the manifest.
         options: the options that shaped the output, recorded in the manifest.
+        staging: where the run stages its files and how it commits them (default: a JOURNAL
+            staging inside `output`; the CLI chooses, see transforms/staging.py).
+        run_key: the digest of everything that shapes output bytes, in each staged shard's
+            fingerprint.
+        resume: keep shards an earlier run staged from the same inputs and options.
+        detached: the launcher does not wait for the run; its commit releases the lock.
     """
 
     sources: tuple[Source, ...]
@@ -93,6 +94,17 @@ class ConvertConfig:
     run_id: str = "run"
     tool_version: str = "0"
     options: Mapping = field(default_factory=dict)
+    staging: Staging | None = None
+    run_key: str = ""
+    resume: bool = False
+    detached: bool = False
+
+    @property
+    def staged(self) -> Staging:
+        """The staging: the one given, or the default for the output folder."""
+        if self.output is None:
+            raise ValueError("planning stages nothing")
+        return self.staging or default_staging(self.output)
 
     @property
     def has_images(self) -> bool:
@@ -212,16 +224,14 @@ class _Planned(beam.PTransform):
             # Planning needs each record's size, not its bytes: a conversion parks the
             # encoded records in spill files until PlaceTable places them.
             with_examples=False,
-            spill_dir=temp_folder(config.output, config.run_id) if self._assign else None,
+            spill_dir=config.staged.spill if self._assign else None,
         )
         return built, built["labels"]
 
     def _place_table(self, blocks, layouts):
         """Spilled blocks of encoded records, once the plan exists → pieces by shard."""
         config = self._config
-        return blocks | "PlaceTable" >> PlaceTable(
-            layouts=layouts, spill_dir=temp_folder(config.output, config.run_id)
-        )
+        return blocks | "PlaceTable" >> PlaceTable(layouts=layouts, spill_dir=config.staged.spill)
 
 
 class _CheckCsvConsumed(beam.PTransform):
@@ -321,22 +331,24 @@ class ConvertToTFRecords(beam.PTransform):
         proceed = planned["counts"] | "WithinErrorRate" >> beam.Map(
             within_error_rate, config.max_error_rate
         )
+        staging = config.staged
         written = planned["assigned"] | "WriteShards" >> WriteShards(
-            config.output,
+            staging.parts,
             config.name,
             config.compression,
-            config.run_id,
             layouts=planned["layouts"],
             proceed=proceed,
             write_index=config.write_index,
+            run_key=config.run_key,
+            resume=config.resume,
             image_checks=ImageChecks(
                 config.check_pixels, config.max_image_pixels, config.allowed_roots
             ),
         )
         all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
-        error_files = all_errors | "WriteErrors" >> WriteErrors(config.output, config.run_id)
+        error_files = all_errors | "WriteErrors" >> WriteErrors(staging.parts)
         commit_config = CommitConfig(
-            output=config.output,
+            staging=staging,
             name=config.name,
             run_id=config.run_id,
             tool_version=config.tool_version,
@@ -350,6 +362,8 @@ class ConvertToTFRecords(beam.PTransform):
             plan_config=config.sharding.to_dict(),
             options=config.options,
             source=config.source_record(),
+            run_key=config.run_key,
+            detached=config.detached,
         )
         return (
             (written.shards, error_files)

@@ -25,6 +25,7 @@ from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeat
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
 from recordforge.transforms.convert import within_error_rate
+from recordforge.transforms.core import skipped
 from recordforge.transforms.core.errors import InputError
 from recordforge.transforms.core.labels import LabelMap
 from recordforge.transforms.core.records import (
@@ -43,9 +44,10 @@ from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.spill import SpillWriter
+from recordforge.transforms.staging import Staging, default_staging
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 from recordforge.transforms.table import PlaceTable
-from recordforge.transforms.write import WriteErrors, WriteShards, temp_folder
+from recordforge.transforms.write import WriteErrors, WriteShards
 
 ERRORS = "errors"
 TALLY = "tally"
@@ -71,11 +73,13 @@ class ExamplesConfig:
         write_index: write a record index file for each (uncompressed) shard.
         tfds: also write TensorFlow Datasets' metadata.
         max_error_rate: fail when more than this fraction of the records fail (None: never).
-        run_id: names this run's temporary folder.
+        run_id: the run's id (in its lock and commit journal).
         tool_version: recorded in the manifest.
         options: the options that shaped the output, recorded in the manifest.
         source: the inputs as the manifest records them.
         ignored: files skipped as not holding records (hidden files, a dataset's metadata).
+        staging: where the run stages its files and how it commits them (default: a JOURNAL
+            staging inside `output`; the callers choose, see pipelines/output.py).
     """
 
     output: str
@@ -94,10 +98,16 @@ class ExamplesConfig:
     options: Mapping = field(default_factory=dict)
     source: Mapping = field(default_factory=dict)
     ignored: int = 0
+    staging: Staging | None = None
+
+    @property
+    def staged(self) -> Staging:
+        """The staging: the one given, or the default for the output folder."""
+        return self.staging or default_staging(self.output)
 
     @property
     def spill_dir(self) -> str:
-        return temp_folder(self.output, self.run_id)
+        return self.staged.spill
 
     def records(self) -> SerializedRecords:
         """A fresh builder of blocks, for one DoFn instance."""
@@ -105,7 +115,7 @@ class ExamplesConfig:
 
     def commit_config(self) -> CommitConfig:
         return CommitConfig(
-            output=self.output,
+            staging=self.staged,
             name=self.name,
             run_id=self.run_id,
             tool_version=self.tool_version,
@@ -172,10 +182,9 @@ class WriteExamples(beam.PTransform):
         # → shards: ShardResult, one per shard written under a temporary name; errors:
         #   ErrorRecord (none: complete records have no payload to fail at write time).
         written = assigned | "WriteShards" >> WriteShards(
-            config.output,
+            config.staged.parts,
             config.name,
             config.compression,
-            config.run_id,
             layouts=layouts,
             proceed=proceed,
             write_index=config.write_index,
@@ -184,7 +193,7 @@ class WriteExamples(beam.PTransform):
         error_files = (
             (parked[ERRORS], written[ERRORS])
             | "AllErrors" >> beam.Flatten()
-            | "WriteErrors" >> WriteErrors(config.output, config.run_id)
+            | "WriteErrors" >> WriteErrors(config.staged.parts)
         )
         # → the manifest, as a dict, once every file is in place.
         return (
@@ -197,7 +206,8 @@ class WriteExamples(beam.PTransform):
                 labels=pipeline | "NoLabels" >> beam.Create([LabelMap()]),
                 tally=tally,
                 counts=counts,
-                ignored=pipeline | "IgnoredFiles" >> beam.Create([config.ignored]),
+                ignored=pipeline
+                | "IgnoredFiles" >> beam.Create([{skipped.HIDDEN: config.ignored}]),
             )
         )
 

@@ -1,4 +1,10 @@
-"""Writing: each shard streamed to a temporary file in order-key order; the commit renames it."""
+"""Writing: each shard streamed to a staged file in order-key order; the commit puts it in place.
+
+Each shard is written under a name of its own attempt in the run's parts folder, with a part
+record beside it once it is complete (transforms/core/parts.py): a resumed run keeps a staged
+shard whose fingerprint matches and whose size and CRC32C check out, instead of writing it
+again.
+"""
 
 from __future__ import annotations
 
@@ -8,28 +14,41 @@ import functools
 import gzip
 import io
 import os
+import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import BinaryIO, NamedTuple
 
 import apache_beam as beam
+import google_crc32c
+import numpy as np
 import pyarrow.compute as pc
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from recordforge.transforms.core.confine import check_allowed, is_within, real_path
-from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.errors import (
+    InputError,
+    OutOfSpace,
+    ResumeRefused,
+    out_of_space_message,
+)
 from recordforge.transforms.core.filenames import display
 from recordforge.transforms.core.frame_columns import frame_in_order, index_lines, record_lengths
 from recordforge.transforms.core.image_integrity import check_pixels, check_structure
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.local_files import open_hinted, open_regular
 from recordforge.transforms.core.naming import (
-    TEMP_DIR_PREFIX,
     errors_file_name,
     index_file_name,
     shard_file_name,
+)
+from recordforge.transforms.core.parts import (
+    PART_RECORD_SUFFIX,
+    PartRecord,
+    shard_fingerprint,
+    source_files,
 )
 from recordforge.transforms.core.paths import has_scheme
 from recordforge.transforms.core.records import (
@@ -55,38 +74,44 @@ ERRORS = "errors"
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
 _FRAMES_PER_WRITE = 4096
-
-
-def temp_folder(output: str, run_id: str) -> str:
-    """Where a run keeps files that are not finished yet, inside the output folder."""
-    return FileSystems.join(output, TEMP_DIR_PREFIX + run_id)
+_CHECK_CHUNK = 8 << 20
 
 
 class WriteShards(beam.PTransform):
     """((split, shard), RefPiece or SpilledPiece) pieces → shard files, one per (split, shard).
 
     Outputs (tagged):
-        main: PCollection[ShardResult], one per shard file written under a temporary name
-            (with its index file when `write_index`: uncompressed shards only); the commit
-            renames them into place.
+        main: PCollection[ShardResult], one per shard file staged in `parts` (with its index
+            file when `write_index`: uncompressed shards only); the commit puts them in place.
         errors: PCollection[ErrorRecord] for images that vanished or changed since probing, or
             whose bytes are damaged (`image_checks`).
     Nothing is written when the `proceed` side input is False (too many inputs already failed).
+    With `resume`, a shard staged by an earlier run of the same inputs and options is kept.
     """
 
     def __init__(
         self,
-        output: str,
+        parts: str,
         name: str,
         compression: str,
-        run_id: str,
         layouts,
         proceed,
         write_index: bool = False,
         image_checks: ImageChecks | None = None,
+        *,
+        run_key: str = "",
+        resume: bool = False,
     ):
         super().__init__()
-        self._fn = _WriteShardFn(output, name, compression, run_id, write_index, image_checks)
+        self._fn = _WriteShardFn(
+            parts,
+            name,
+            compression,
+            write_index,
+            image_checks,
+            run_key=run_key,
+            resume=resume,
+        )
         self._layouts = layouts
         self._proceed = proceed
 
@@ -108,24 +133,28 @@ class WriteShards(beam.PTransform):
 class _WriteShardFn(beam.DoFn):
     def __init__(
         self,
-        output: str,
+        parts: str,
         name: str,
         compression: str,
-        run_id: str,
         write_index: bool,
         image_checks: ImageChecks | None = None,
+        *,
+        run_key: str = "",
+        resume: bool = False,
     ) -> None:
         if write_index and compression != "none":
             raise ValueError("index files locate records in uncompressed shards only")
-        self._output = output
+        self._parts = parts
         self._name = name
         self._compression = compression
-        self._run_id = run_id
         self._write_index = write_index
         self._checks = image_checks or _STRUCTURE_ONLY
+        self._run_key = run_key
+        self._resume = resume
 
     def setup(self):
         self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="recordforge-read")
+        self._staged = StagedParts(self._parts) if self._resume else None
 
     def teardown(self):
         self._pool.shutdown(wait=True)
@@ -136,23 +165,50 @@ class _WriteShardFn(beam.DoFn):
         (split, index), pieces = element
         num_shards = layouts[split].plan.num_shards
         final_name = shard_file_name(self._name, split, index, num_shards, self._compression)
+        records = ref_table(unspilled(pieces))
+        order = sort_order(records)
+        fingerprint = shard_fingerprint(
+            records,
+            order,
+            run_key=self._run_key,
+            split=split,
+            index=index,
+            num_shards=num_shards,
+            sources={path: source_identity(path) for path in source_files(records)},
+        )
+        if self._staged is not None:
+            kept = self._staged.find(final_name, split, index, num_shards, fingerprint)
+            if kept is not None:
+                LOGGER.info("kept %s: staged by an earlier run", final_name)
+                yield _result_of(kept, self._parts)
+                return
+        try:
+            yield from self._write(
+                split, index, num_shards, final_name, records, order, fingerprint
+            )
+        except OSError as error:
+            raise_if_out_of_space(error, f"shard {final_name}", self._parts)
+            raise
+
+    def _write(self, split, index, num_shards, final_name, records, order, fingerprint):
         index_name = index_file_name(final_name) if self._write_index else None
-        # Unique temporary names per attempt: a retried bundle never appends to a stale file.
+        # Unique names per attempt: a retried bundle never appends to a stale file.
         attempt = uuid.uuid4().hex
-        temp_dir = temp_folder(self._output, self._run_id)
-        temp = FileSystems.join(temp_dir, f"{final_name}.{attempt}")
+        staged_name = f"{final_name}.{attempt}"
+        temp = FileSystems.join(self._parts, staged_name)
         temp_index = (
-            # Flat in the temporary folder; the commit moves it into the index folder.
-            FileSystems.join(temp_dir, f"{index_name.rsplit('/', 1)[-1]}.{attempt}")
+            # Flat in the parts folder; the commit moves it into the index folder.
+            FileSystems.join(self._parts, f"{index_name.rsplit('/', 1)[-1]}.{attempt}")
             if index_name
             else None
         )
-        records = ref_table(unspilled(pieces))
         count = 0
         labels = collections.Counter()  # class id → records written, for the manifest
         with contextlib.ExitStack() as files:
             sink = _CountingSink(files.enter_context(_create(temp)))
-            index_out = files.enter_context(_create(temp_index)) if temp_index else None
+            index_out = (
+                _CountingSink(files.enter_context(_create(temp_index))) if temp_index else None
+            )
             stream = (
                 gzip.GzipFile(filename="", mode="wb", fileobj=sink, mtime=0)
                 if (self._compression == "gzip")
@@ -160,10 +216,10 @@ class _WriteShardFn(beam.DoFn):
             )
             if records.column("payload_path").null_count == len(records):
                 # Every record is complete already (tables): framed in bulk.
-                count = _write_complete(records, stream, labels, index_out)
+                count = _write_complete(records, order, stream, labels, index_out)
                 refs = []
             else:
-                refs = refs_of(in_order(records))
+                refs = refs_of(in_order(records, order))
             for ref, fetch in _read_ahead(refs, self._pool, self._checks):
                 try:
                     pieces = _materialize(ref, fetch)
@@ -188,30 +244,159 @@ class _WriteShardFn(beam.DoFn):
                     labels[ref.label] += 1
             if stream is not sink:
                 stream.close()  # writes the gzip trailer; the files are closed by the stack
-        # Renamed into place by the commit, with every other file of the run.
-        staged = [(temp, FileSystems.join(self._output, final_name))]
-        if temp_index:
-            staged.append((temp_index, FileSystems.join(self._output, index_name)))
-        LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
-        yield ShardResult(
-            split,
-            index,
-            num_shards,
-            final_name,
-            count,
-            sink.size,
+        part = PartRecord(
+            file=final_name,
+            split=split,
+            index=index,
+            num_shards=num_shards,
+            num_records=count,
+            num_bytes=sink.size,
+            crc32c=sink.crc32c,
+            fingerprint=fingerprint,
+            staged=staged_name,
             index_file=index_name,
+            index_staged=FileSystems.split(temp_index)[1] if temp_index else None,
+            index_bytes=index_out.size if index_out else 0,
+            index_crc32c=index_out.crc32c if index_out else 0,
             label_counts=tuple(sorted(labels.items())),
-            staged=tuple(staged),
         )
+        # The record goes last: its presence says the shard's files are complete.
+        write_atomically(
+            FileSystems.join(self._parts, staged_name + PART_RECORD_SUFFIX),
+            self._parts,
+            lambda f: f.write(part.to_json().encode()),
+        )
+        LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
+        yield _result_of(part, self._parts)
 
 
-def _write_complete(records, stream, labels: collections.Counter, index_out=None) -> int:
-    """Write records that need no payload (a RecordRef table), in order, and their index when
+def _result_of(part: PartRecord, parts: str) -> ShardResult:
+    """The ShardResult of a staged shard: the commit puts its files in place."""
+    staged = [(FileSystems.join(parts, part.staged), part.file)]
+    if part.index_file:
+        staged.append((FileSystems.join(parts, part.index_staged), part.index_file))
+    return ShardResult(
+        part.split,
+        part.index,
+        part.num_shards,
+        part.file,
+        part.num_records,
+        part.num_bytes,
+        index_file=part.index_file,
+        label_counts=part.label_counts,
+        staged=tuple(staged),
+    )
+
+
+def source_identity(path: str) -> tuple:
+    """What tells a file apart from a changed copy of it without reading it: size and, for a
+    local file, its modification time (an object's size only: asking a store for every
+    image's metadata would cost a request each)."""
+    if has_scheme(path):
+        return ("remote",)
+    try:
+        info = os.stat(path)
+    except OSError:
+        return ("missing",)
+    return (info.st_size, info.st_mtime_ns)
+
+
+class StagedParts:
+    """The part records an earlier run left in a parts folder, by shard file name."""
+
+    def __init__(self, parts: str) -> None:
+        self._parts = parts
+        self._by_file: dict[str, list[str]] | None = None
+
+    def _records(self) -> dict[str, list[str]]:
+        if self._by_file is None:
+            self._by_file = collections.defaultdict(list)
+            try:
+                (matched,) = FileSystems.match(
+                    [FileSystems.join(self._parts, "*" + PART_RECORD_SUFFIX)]
+                )
+                paths = [m.path for m in matched.metadata_list]
+            except BeamIOError:
+                paths = []
+            for path in sorted(paths):
+                name = FileSystems.split(path)[1]
+                self._by_file[name.rsplit(".", 3)[0]].append(path)
+        return self._by_file
+
+    def find(
+        self, file: str, split: str, index: int, num_shards: int, fingerprint: str
+    ) -> PartRecord | None:
+        """The staged shard `file` made from the same inputs, checked; None when there is none.
+
+        Raises:
+            ResumeRefused: a shard of the same split and position was staged from other
+                inputs or with another plan.
+        """
+        records = self._records()
+        for path in records.get(file, ()):
+            part = _read_part(path)
+            if part is None:
+                continue
+            if part.fingerprint != fingerprint:
+                raise ResumeRefused(
+                    f"the inputs changed since the interrupted run: shard {file} is now made "
+                    "of other records or files (added, removed or modified); rerun without "
+                    "--resume to start over"
+                )
+            if _intact(self._parts, part):
+                return part
+        for other, paths in records.items():
+            if other != file and paths and _same_position(other, file):
+                raise ResumeRefused(
+                    f"the inputs changed since the interrupted run: it planned {other}, this "
+                    f"run plans {file}; rerun without --resume to start over"
+                )
+        return None
+
+
+def _same_position(staged_file: str, planned_file: str) -> bool:
+    # Same dataset, split and shard index, another shard count: the plan changed.
+    return staged_file.rsplit("-of-", 1)[0] == planned_file.rsplit("-of-", 1)[0]
+
+
+def _read_part(path: str) -> PartRecord | None:
+    try:
+        with open_file(path) as f:
+            return PartRecord.from_json(f.read().decode("utf-8"))
+    except (*STORAGE_ERRORS, ValueError, TypeError, KeyError):
+        return None  # not a record of ours, or of another version: the shard is written again
+
+
+def _intact(parts: str, part: PartRecord) -> bool:
+    """Whether the staged files have the recorded sizes and CRC32Cs."""
+    checks = [(part.staged, part.num_bytes, part.crc32c)]
+    if part.index_file:
+        checks.append((part.index_staged, part.index_bytes, part.index_crc32c))
+    for name, size, crc in checks:
+        try:
+            found_size, found_crc = _size_and_crc(FileSystems.join(parts, name))
+        except STORAGE_ERRORS:
+            return False
+        if (found_size, found_crc) != (size, crc):
+            return False
+    return True
+
+
+def _size_and_crc(path: str) -> tuple[int, int]:
+    size, crc = 0, 0
+    with open_file(path) as f:
+        while chunk := f.read(_CHECK_CHUNK):
+            size += len(chunk)
+            crc = google_crc32c.extend(crc, chunk)
+    return size, crc
+
+
+def _write_complete(records, order, stream, labels: collections.Counter, index_out=None) -> int:
+    """Write records that need no payload (a RecordRef table), in `order`, and their index when
     `index_out` is a file; count their labels."""
     # Framed straight from the unsorted column: sorting it first would copy every record once
     # more.
-    examples, order = records.column("example"), sort_order(records)
+    examples = records.column("example")
     for framed in frame_in_order(examples, order, _FRAMES_PER_WRITE):
         stream.write(memoryview(framed))
     if index_out is not None:
@@ -227,15 +412,20 @@ def _create(path: str):
 
 
 class _CountingSink:
-    """A write-only file wrapper that counts bytes, so the shard's exact size needs no stat."""
+    """A write-only file wrapper that counts bytes and sums their CRC32C, so the staged file's
+    size and checksum need no second read."""
 
     def __init__(self, raw) -> None:
         self._raw = raw
         self.size = 0
+        self.crc32c = 0
 
     def write(self, data) -> int:
         self._raw.write(data)
         self.size += len(data)
+        # The checksum takes bytes or a buffer without a release hook (not a memoryview).
+        chunk = data if isinstance(data, bytes) else np.frombuffer(data, np.uint8)
+        self.crc32c = google_crc32c.extend(self.crc32c, chunk)
         return len(data)
 
     def flush(self) -> None:
@@ -370,43 +560,64 @@ def _materialize(ref: RecordRef, fetch: Callable[[], bytes] | None) -> tuple[byt
 
 
 class WriteErrors(beam.PTransform):
-    """ErrorRecords → one `errors/{stage}.jsonl` file per stage that had errors.
+    """ErrorRecords → one `errors/{stage}.jsonl` file per stage that had errors, staged in
+    `parts`.
 
     Input: PCollection[ErrorRecord]. Output: PCollection[ErrorFileResult].
     """
 
-    def __init__(self, output: str, run_id: str) -> None:
+    def __init__(self, parts: str) -> None:
         super().__init__()
-        self._output = output
-        self._run_id = run_id
+        self._parts = parts
 
     def expand(self, errors):
         return (
             errors
             | "KeyByStage" >> beam.Map(lambda error: (error.stage, error))
             | "GroupByStage" >> beam.GroupByKey()
-            | "WriteErrorFile" >> beam.Map(_write_error_file, self._output, self._run_id)
+            | "WriteErrorFile" >> beam.Map(_write_error_file, self._parts)
         )
 
 
 def _write_error_file(
-    stage_errors: tuple[str, Iterable[ErrorRecord]], output: str, run_id: str
+    stage_errors: tuple[str, Iterable[ErrorRecord]], parts: str
 ) -> ErrorFileResult:
     stage, errors = stage_errors
     ordered = sorted(errors, key=ErrorRecord.sort_key)
     relative = errors_file_name(stage)
-    temp = write_temporary(
-        temp_folder(output, run_id),
-        lambda f: f.writelines((e.to_json_line() + "\n").encode("utf-8") for e in ordered),
-    )
+    try:
+        temp = write_temporary(
+            parts,
+            lambda f: f.writelines((e.to_json_line() + "\n").encode("utf-8") for e in ordered),
+        )
+    except OSError as error:
+        raise_if_out_of_space(error, f"the errors file {relative}", parts)
+        raise
     by_kind = collections.Counter(error.error for error in ordered)
     return ErrorFileResult(
-        relative,
-        stage,
-        len(ordered),
-        tuple(sorted(by_kind.items())),
-        staged=((temp, FileSystems.join(output, relative)),),
+        relative, stage, len(ordered), tuple(sorted(by_kind.items())), staged=((temp, relative),)
     )
+
+
+def raise_if_out_of_space(error: OSError, what: str, where: str) -> None:
+    """Raise OutOfSpace, naming what was being written and where, when `error` is a full disk
+    or quota."""
+    message = out_of_space_message(error, what, where)
+    if message is not None:
+        raise OutOfSpace(message) from error
+
+
+def remove_tree(folder: str) -> None:
+    """Delete a folder and everything in it, on any Beam filesystem; no error if it is absent."""
+    if not has_scheme(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    (matched,) = FileSystems.match([FileSystems.join(folder, "**")])
+    paths = [m.path for m in matched.metadata_list]
+    if paths:
+        FileSystems.delete(paths)
+    if FileSystems.exists(folder):  # an object store's "folder/" placeholder
+        FileSystems.delete([folder])
 
 
 def write_temporary(temp_dir: str, fill: Callable) -> str:
@@ -423,7 +634,7 @@ def write_atomically(final: str, temp_dir: str, fill: Callable) -> None:
 
 
 def publish(staged: Iterable[tuple[str, str]]) -> None:
-    """Rename (temporary, final) pairs into place, in batches; safe to repeat after a failure.
+    """Rename (staged, final) pairs into place, in batches; safe to repeat after a failure.
 
     On object stores a rename is a copy then a delete, so it is not atomic as a pair, but the
     final object appears whole or not at all. A retried commit finds some files moved by the

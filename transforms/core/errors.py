@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 
 # A Python bytes literal, as some libraries' messages quote a file's bytes (b'\x89PNG').
@@ -47,6 +48,58 @@ class ErrorRateExceeded(Exception):
 
 class InputChanged(Exception):
     """An input file changed while the run was reading it; the run ends without a manifest."""
+
+
+class ResumeRefused(Exception):
+    """`--resume` was asked for, but the staged work was made from other inputs or options."""
+
+
+class OutOfSpace(Exception):
+    """The disk (or quota) ran out while a file was written; the message names it."""
+
+
+def out_of_space_message(error: OSError, what: str, where: str) -> str | None:
+    """One line for an OSError that is a full disk or an exhausted quota, else None.
+
+    `what`: what was being written (say, "shard x-train..."); `where`: its path, when the
+    error does not name it (a write to an open file names none).
+    """
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+        return None
+    reason = "out of disk space" if error.errno == errno.ENOSPC else "out of disk quota"
+    return f"{reason} while writing {what} at {error.filename or where}"
+
+
+class Stopped(BaseException):
+    """SIGINT or SIGTERM arrived (the `recordforge` program turns them into this).
+
+    A BaseException, like KeyboardInterrupt: code that handles errors (`except Exception`)
+    lets it through to the program, which says what was kept and exits 128 + the signal.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        return {signal.SIGINT: "SIGINT (Ctrl-C)"}.get(self.signum, signal.Signals(self.signum).name)
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+class WorkerLost(BaseException):
+    """A worker process of the runner died (killed, out of memory) under a bundle: the program
+    ends the run, which the runner might otherwise wait for forever. A BaseException, like
+    Stopped, so that no error handler on the way takes it for a failure of its own."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
 
 
 class InputIncomplete(Exception):

@@ -21,9 +21,20 @@ TFDS_LABEL_FILES = tuple(tfds_metadata.label_names_file(key) for key, _ in tfds_
 INDEX_DIR = "index"
 INDEX_SUFFIX = ".idx"
 ERRORS_DIR = "errors"
-# Temporary files live under the output folder (same filesystem, so the final rename is cheap
-# and atomic where the filesystem allows); the leading dot keeps them out of naive globs.
+# The temporary folder of runs before the staged commit (docs/design.md, "Commit protocol"):
+# still recognised as recordforge's, so a dataset that has one can be replaced and verified.
 TEMP_DIR_PREFIX = ".recordforge-tmp-"
+# What a run keeps inside the output folder while it works, when it stages there (object
+# stores, and local folders the directory swap cannot serve): its working folder, its lock and
+# its commit journal. With the swap, the working folder and the lock sit beside the output
+# folder instead: `.{folder name}{SIBLING_WORK_SUFFIX}` and `.{folder name}{SIBLING_LOCK_SUFFIX}`.
+STAGING_DIR = ".recordforge-staging"
+LOCK_FILE = ".recordforge-lock"
+JOURNAL_FILE = ".recordforge-commit.json"
+SIBLING_WORK_SUFFIX = ".recordforge"
+SIBLING_LOCK_SUFFIX = ".recordforge-lock"
+# The empty file a run creates and deletes to prove its working folder is writable.
+WRITE_TEST_PREFIX = ".recordforge-write-test-"
 
 COMPRESSIONS = ("none", "gzip")
 
@@ -80,6 +91,26 @@ def indexed_shard(relative: str) -> str | None:
 def errors_file_name(stage: str) -> str:
     """The quarantine file of one pipeline stage, relative to the output folder."""
     return f"{ERRORS_DIR}/{stage}.jsonl"
+
+
+def is_control_file(relative: str) -> bool:
+    """Whether a path (relative to an output folder) is one a run keeps while it works, not a
+    file of the dataset: the staging folder, the lock, the commit journal, the write test, and
+    the temporary folders of earlier versions."""
+    top = relative.split("/", 1)[0]
+    return (
+        top in (STAGING_DIR, LOCK_FILE, JOURNAL_FILE)
+        or top.startswith(TEMP_DIR_PREFIX)
+        or top.startswith(WRITE_TEST_PREFIX)
+    )
+
+
+def manifest_names(relative_files) -> list[str]:
+    """The metadata files among a dataset's files (its manifest, TFDS's two files), in the
+    order a commit deletes them: the ones readers look for first go first."""
+    order = (MANIFEST_FILE_BESIDE_TFDS, MANIFEST_FILE, TFDS_FEATURES_FILE)
+    present = set(relative_files)
+    return [name for name in order if name in present]
 
 
 def is_dataset_file(relative: str) -> bool:

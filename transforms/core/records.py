@@ -266,10 +266,11 @@ def ordered_batch(pieces: Iterable[RefPiece]) -> pa.RecordBatch:
     return in_order(ref_table(pieces))
 
 
-def in_order(table: pa.Table) -> pa.RecordBatch:
+def in_order(table: pa.Table, order: np.ndarray | None = None) -> pa.RecordBatch:
     """A table's records in one batch, in order-key order (bytewise, as Python sorts bytes):
-    each column is copied once, by the take that sorts."""
-    return _one_batch(table.take(sort_order(table)))
+    each column is copied once, by the take that sorts. `order`: the table's `sort_order`,
+    when it is known already."""
+    return _one_batch(table.take(sort_order(table) if order is None else order))
 
 
 def sort_order(table: pa.Table) -> np.ndarray:

@@ -28,7 +28,12 @@ from recordforge.schemas.features import (
 from recordforge.schemas.manifest import Manifest, ShardInfo
 from recordforge.transforms.core.errors import InputError
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS, decode_image_bytes
-from recordforge.transforms.core.naming import TEMP_DIR_PREFIX, indexed_shard, shard_file_pattern
+from recordforge.transforms.core.naming import (
+    STAGING_DIR,
+    TEMP_DIR_PREFIX,
+    indexed_shard,
+    shard_file_pattern,
+)
 from recordforge.transforms.core.tfrecord import (
     DATA_CRC,
     FRAMING_BYTES,
@@ -533,8 +538,8 @@ def check_unlisted(files: Mapping[str, int], manifest: Manifest) -> list[Finding
     Stray: a top-level file named like a shard of this dataset, or a file in `index/` (or at the
     top, where indexes once were) named like the index of one, that the manifest does not list
     (say, from an older conversion with other shard counts). Files of other names are left alone.
-    A temporary folder is a warning: the dataset is complete (the manifest is written before the
-    folder is removed), but a cleanup failed and it takes space.
+    A run's working folder (or an earlier version's temporary one) is a warning: the dataset is
+    complete (its manifest is in place), but a run left it.
     """
     pattern = shard_file_pattern(manifest.name)
     listed = listed_files(manifest)
@@ -542,7 +547,7 @@ def check_unlisted(files: Mapping[str, int], manifest: Manifest) -> list[Finding
     temp: dict[str, list[int]] = {}
     for relative, size in sorted(files.items()):
         top, _, rest = relative.partition("/")
-        if top.startswith(TEMP_DIR_PREFIX):
+        if top.startswith(TEMP_DIR_PREFIX) or top == STAGING_DIR:
             entry = temp.setdefault(top, [0, 0])
             entry[0] += 1
             entry[1] += size

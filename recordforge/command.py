@@ -1,0 +1,160 @@
+"""The `recordforge` program, with Ctrl-C and SIGTERM handled from its first instant.
+
+Importing Apache Beam takes seconds; a signal during that time must end the program with one
+line and the conventional status (130 for SIGINT, 143 for SIGTERM), not a traceback, and so
+must one during the run (pipelines/cli.py says what was kept). This module imports nothing
+heavy before the handlers are in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+
+from recordforge.transforms.core.errors import Stopped, WorkerLost
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_received: list[int] = []  # the stop signal taken, once
+_lost: list[str] = []  # a worker process that died, as the thread watching it said
+_installed: list[bool] = []
+# What FnApiRunner's thread watching a worker process raises when that process dies.
+_LOST_WORKER = "Worker subprocess exited with return code"
+
+
+def handle_stops() -> None:
+    """From now on SIGINT and SIGTERM raise Stopped in the main thread, after this process's
+    worker processes are killed; worker processes started later ignore both signals.
+
+    A Ctrl-C in a terminal goes to every process of the foreground group, Beam's worker
+    processes too, which would die printing their own tracebacks. So the signals are blocked
+    in every thread (threads inherit the mask) and set to be ignored, a disposition that
+    Beam's `/bin/sh -c python ...` workers inherit (a shell keeps an ignored signal ignored,
+    and Python then installs no handler); on Linux a blocked signal is queued even so, and a
+    watcher thread takes it with sigwait. The watcher kills the workers (the runner, unwinding,
+    would wait for them forever), then wakes the main thread with SIGUSR2, whose handler
+    raises Stopped. A second signal ends the program at once.
+
+    A worker process that dies on its own (killed, out of memory) ends the run the same way,
+    with WorkerLost: the runner may wait forever for the bundle it had.
+    """
+    if _installed:
+        return
+    _installed.append(True)
+    threading.excepthook = _thread_failed
+    if not hasattr(signal, "pthread_sigmask") or not hasattr(signal, "sigwait"):
+        for signum in _STOP_SIGNALS:  # elsewhere: plain handlers
+            signal.signal(signum, _raise_stopped)
+        return
+    signal.signal(signal.SIGUSR2, _raise_taken)
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+    threading.Thread(target=_watch, name="recordforge-stops", daemon=True).start()
+
+
+def _watch() -> None:
+    while True:
+        signum = signal.sigwait(_STOP_SIGNALS)
+        if _received:
+            print(
+                f"recordforge: stopped again by {Stopped(signum).name}; exiting at once",
+                file=sys.stderr,
+                flush=True,
+            )
+            stop_worker_processes()
+            os._exit(128 + signum)
+        _received.append(signum)
+        _end_the_run()
+
+
+def _thread_failed(args) -> None:
+    """A thread's uncaught exception: into the log (-v shows it), not onto the terminal. The
+    runner's threads that watch worker processes fail so when a worker dies; the main thread
+    reports the run's end once, in one line."""
+    logging.getLogger("recordforge").debug(
+        "thread %s failed",
+        args.thread.name if args.thread else "?",
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
+    text = str(args.exc_value)
+    if _LOST_WORKER in text and not (_received or _lost):
+        _lost.append(text.splitlines()[0][:200])
+        _end_the_run()
+
+
+def _end_the_run() -> None:
+    stop_worker_processes()
+    if hasattr(signal, "pthread_kill"):
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR2)
+
+
+def received_stop() -> Stopped | WorkerLost | None:
+    """The stop this program received (or the worker it lost), if any: code that wraps
+    exceptions (Beam's DoFn runner re-raises one raised inside a DoFn as a RuntimeError) is
+    told apart so."""
+    if _received:
+        return Stopped(_received[0])
+    return WorkerLost(_lost[0]) if _lost else None
+
+
+def _raise_taken(signum, frame) -> None:
+    taken = received_stop()
+    if taken is not None:
+        raise taken
+
+
+def _raise_stopped(signum, frame) -> None:
+    _received.append(signum)
+    stop_worker_processes()
+    raise Stopped(signum)
+
+
+def stop_worker_processes() -> None:
+    """Kill this process's descendants (SIGKILL: at once, and without their own tracebacks).
+
+    Linux only (it reads /proc); elsewhere a runner's worker processes are left to end when
+    their connection to this one closes.
+    """
+    try:
+        entries = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return
+    children: dict[int, list[int]] = {}
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ...: the command name may hold spaces and parentheses.
+        parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        children.setdefault(parent, []).append(pid)
+    found, pending = [], [os.getpid()]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def main() -> int:
+    handle_stops()
+    try:
+        from recordforge.pipelines.cli import main as cli_main
+    except Stopped as stop:
+        print(
+            f"recordforge: stopped by {stop.name} before starting; nothing was written",
+            file=sys.stderr,
+        )
+        return stop.exit_status
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,530 @@
+"""Fault injection on real runs of the `recordforge` program (issue 14, requirement 7).
+
+Every fault lands on a conversion that replaces a previous dataset (`--overwrite`), and after each
+the invariant is checked: the output folder holds the previous dataset or the new one, byte for
+byte, never a mix; `verify` finds nothing wrong; no record is lost (`num_inputs == num_records +
+errors.count`); and a rerun with `--resume` completes with the new dataset, byte-identical to an
+uninterrupted run. Faults: a SIGKILL at each filesystem call of the commit (strace's syscall
+injection), SIGKILLs at random moments of whole runs, SIGINT/SIGTERM, a worker process killed
+mid-bundle (FnApiRunner's multi-process mode, and a Dask worker), a filesystem that fills up.
+Cloud Storage faults are in tests/test_faults_gcs.py.
+
+The `slow` tests run many trials (`pytest -m slow tests/test_faults.py`); the default run has a
+few of each. Set RECORDFORGE_FAULT_TALLY=FILE to have each test add its outcomes to FILE (JSON
+lines), the figures of the README's "Reliability" section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import random
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+from conftest import RECORDFORGE, make_image
+from test_runners import servers  # noqa: F401  (a fixture: starts and stops server processes)
+
+from recordforge.pipelines.verify import verify_dataset
+
+STRACE = shutil.which("strace")
+ARGS = (
+    "--name",
+    "pets",
+    "--splits",
+    "train=0.8,validation=0.2",
+    "--write-index",
+    "--min-shard-mb",
+    "0.1",
+    "--max-shard-mb",
+    "0.2",
+)
+MULTI = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
+
+
+# --- the data and the two datasets ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> pathlib.Path:
+    """root/<class>/<file>: 400 JPEGs of varied sizes (about 2-40 KB) in 4 classes, 2 bad."""
+    root = tmp_path_factory.mktemp("faults") / "photos"
+    rng = random.Random(11)
+    for index in range(400):
+        size = (rng.randint(40, 400), rng.randint(40, 300))
+        make_image(root / f"c{index % 4}" / f"{index:04d}.jpg", "JPEG", size=size, seed=index)
+    (root / "c0" / "broken.jpg").write_bytes(b"\xff\xd8 not a picture")
+    (root / "c1" / "empty.jpg").write_bytes(b"")
+    return root
+
+
+def _files(folder: pathlib.Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _without_created(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The files, the manifest's `created` time left out (it is the only byte that differs
+    between two runs of the same inputs and options)."""
+    out = dict(files)
+    for name in ("dataset_info.json", "recordforge.json"):
+        if name in out:
+            document = json.loads(out[name])
+            document.pop("created", None)
+            out[name] = json.dumps(document, sort_keys=True).encode()
+    return out
+
+
+def convert(photos, out, *extra, check=True, timeout=600) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, *extra],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+    )
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def new(photos, tmp_path_factory) -> dict:
+    """An uninterrupted run's dataset (what every fault must end in), and how long it worked:
+    from the moment its working folder appeared (the program has started, the lock is taken)
+    to its end."""
+    out = tmp_path_factory.mktemp("new") / "out"
+    process = _start(photos, out)
+    work = out.parent / f".{out.name}.recordforge"
+    while not work.exists() and process.poll() is None:
+        time.sleep(0.005)
+    started = time.monotonic()
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    seconds = time.monotonic() - started
+    files = _files(out)
+    assert sum(".tfrecord-" in name and not name.endswith(".idx") for name in files) >= 6
+    return {"files": files, "seconds": seconds}
+
+
+@pytest.fixture(scope="module")
+def old(photos, tmp_path_factory) -> dict[str, bytes]:
+    """The previous dataset each fault's run replaces: other options, other shard names."""
+    out = tmp_path_factory.mktemp("old") / "out"
+    subprocess.run(
+        [RECORDFORGE, "convert", str(photos), "-o", str(out), "--name", "old", "--num-shards", "2"],
+        check=True,
+        capture_output=True,
+        env=ENV,
+    )
+    return _files(out)
+
+
+def _place(files: dict[str, bytes], folder: pathlib.Path) -> None:
+    for name, data in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+
+
+def check_invariant(out: pathlib.Path, old: dict, new: dict) -> str:
+    """'old' or 'new': what the folder holds, whole and verified; fails on anything else."""
+    files = _files(out)
+    if files == old:
+        state = "old"
+    elif _without_created(files) == _without_created(new["files"]):
+        state = "new"
+    else:
+        names = sorted(files)
+        pytest.fail(f"{out} holds neither dataset: {names}")
+    report = verify_dataset(str(out))
+    assert report.ok and not report.findings.warnings, [f.message for f in report.findings.listed]
+    info = json.loads(files["dataset_info.json"])
+    assert info["num_inputs"] == info["num_records"] + info["errors"]["count"]  # nothing lost
+    return state
+
+
+def resume_completes(photos, out, new) -> None:
+    result = convert(photos, out, "--overwrite", "--resume")
+    assert "Traceback" not in result.stderr
+    assert check_invariant(out, {}, new) == "new"
+    assert sorted(os.listdir(out.parent)) == ["out"]  # no working folder, no lock left
+
+
+def tally(fault: str, **outcome) -> None:
+    """Add one trial's outcome to $RECORDFORGE_FAULT_TALLY (JSON lines), if set."""
+    path = os.environ.get("RECORDFORGE_FAULT_TALLY")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"fault": fault, **outcome}) + "\n")
+
+
+def _records_lost(out: pathlib.Path) -> int:
+    info = json.loads((out / "dataset_info.json").read_bytes())
+    return info["num_inputs"] - info["num_records"] - info["errors"]["count"]
+
+
+def _start(photos, out, *extra) -> subprocess.Popen:
+    return subprocess.Popen(
+        [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        start_new_session=True,  # its own process group, as a terminal's job
+    )
+
+
+def _staged_parts(out: pathlib.Path) -> int:
+    parts = out.parent / f".{out.name}.recordforge" / "parts"
+    try:
+        return sum(name.endswith(".part.json") for name in os.listdir(parts))
+    except FileNotFoundError:
+        return 0
+
+
+def _wait_for_parts(process: subprocess.Popen, out: pathlib.Path, count: int) -> bool:
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        if _staged_parts(out) >= count:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _running(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (dead, not yet reaped by init)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{name}/stat").read_bytes()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(name))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+# --- a SIGKILL at each filesystem call of the commit ------------------------------------------
+
+_TRACED = "rename,renameat,renameat2,unlink,unlinkat,rmdir"
+
+
+def _commit_calls(photos, tmp_path, old) -> list[tuple[str, int]]:
+    """The commit's filesystem calls, in order, as (system call, its invocation number in the
+    thread that made it): what strace's `inject=CALL:signal=KILL:when=N` takes (it counts each
+    system call separately, per thread). Found by a run under strace that logs them. The
+    in-process runner does all its work, the commit included, in the program's main thread."""
+    out = tmp_path / "count" / "out"
+    _place(old, out)
+    log = tmp_path / "strace.log"
+    command = [STRACE, "-f", "-qq", "-e", "signal=none", "-e", f"trace={_TRACED}", "-o", str(log)]
+    subprocess.run(
+        [*command, RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+        check=True,
+        capture_output=True,
+        env=ENV,
+    )
+    # "PID  call(...)": strace pads the pid to 5 columns, so split on any run of spaces.
+    lines = [line.split(None, 1) for line in log.read_text().splitlines()]
+    # The thread that made the commit's exchange (the one of the staged dataset folder).
+    main = next(pid for pid, call in lines if "RENAME_EXCHANGE" in call and "/dataset" in call)
+    seen, calls = {}, []
+    for pid, call in lines:
+        # Beam's own temporary folder is removed by whichever thread gets there first.
+        if pid != main or call.startswith(("+++", "---")) or "beam-pipeline-temp" in call:
+            continue
+        name = call.split("(", 1)[0]
+        seen[name] = seen.get(name, 0) + 1
+        calls.append((name, seen[name], call))
+    first = next(i for i, (_, _, call) in enumerate(calls) if "/dataset/" in call)
+    assert any("RENAME_EXCHANGE" in call for _, _, call in calls[first:]), calls[first:]
+    return [(name, number) for name, number, _ in calls[first:]]
+
+
+def _kill_at_call(photos, out, call: tuple[str, int]) -> subprocess.CompletedProcess:
+    name, number = call
+    return subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-e", f"trace={name}"]
+        + ["-e", f"inject={name}:signal=KILL:when={number}"]
+        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+    )
+
+
+def _kill_each_commit_step(photos, tmp_path, old, new, every: bool) -> None:
+    if STRACE is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    calls = _commit_calls(photos, tmp_path, old)
+    exchange = next(i for i, (name, _) in enumerate(calls) if name == "renameat2")
+    points = list(range(len(calls)))
+    if not every:  # the first call, the exchange (killed on entry: before it), the last
+        points = sorted({0, exchange, len(calls) - 1})
+    states = []
+    for point in points:
+        out = tmp_path / f"at{point}" / "out"
+        _place(old, out)
+        killed = _kill_at_call(photos, out, calls[point])
+        assert killed.returncode != 0, f"{calls[point]} ({point} of {len(calls)}): not killed"
+        state = check_invariant(out, old, new)
+        states.append(state)
+        tally("kill at a commit step", trial=point, outcome=state, lost=_records_lost(out))
+        resume_completes(photos, out, new)
+    assert "old" in states and "new" in states, states  # kills fell before and after the swap
+
+
+def test_a_sigkill_at_commit_steps_leaves_old_or_new_and_resume_finishes(
+    photos, tmp_path, old, new
+):
+    _kill_each_commit_step(photos, tmp_path, old, new, every=False)
+
+
+@pytest.mark.slow
+def test_a_sigkill_at_every_commit_step_leaves_old_or_new_and_resume_finishes(
+    photos, tmp_path, old, new
+):
+    _kill_each_commit_step(photos, tmp_path, old, new, every=True)
+
+
+# --- SIGKILLs at random moments ---------------------------------------------------------------
+
+
+def _random_kills(photos, tmp_path, old, new, trials: int, seed: int, extra=()) -> list[str]:
+    rng = random.Random(seed)
+    states = []
+    for trial in range(trials):
+        out = tmp_path / f"t{trial}" / "out"
+        _place(old, out)
+        process = _start(photos, out, *extra)
+        # A moment while the run works (its start, importing Beam, changes nothing on disk).
+        work = out.parent / f".{out.name}.recordforge"
+        while not work.exists() and process.poll() is None:
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, new["seconds"] * 1.1))
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        state = check_invariant(out, old, new)
+        states.append(state)
+        tally(
+            "random SIGKILL" + (" (2 worker processes)" if extra else ""),
+            trial=trial,
+            outcome=state,
+            staged=_staged_parts(out),
+            lost=_records_lost(out),
+        )
+        resume_completes(photos, out, new)
+    return states
+
+
+def test_random_sigkills_leave_old_or_new(photos, tmp_path, old, new):
+    _random_kills(photos, tmp_path, old, new, trials=2, seed=1)
+
+
+@pytest.mark.slow
+def test_many_random_sigkills_leave_old_or_new(photos, tmp_path, old, new):
+    states = _random_kills(photos, tmp_path, old, new, trials=40, seed=2)
+    assert "old" in states
+
+
+@pytest.mark.slow
+def test_many_random_sigkills_of_multi_process_runs_leave_old_or_new(photos, tmp_path, old, new):
+    _random_kills(photos, tmp_path, old, new, trials=15, seed=3, extra=MULTI)
+
+
+# --- stops: SIGINT (a terminal's Ctrl-C: the whole process group) and SIGTERM ----------------
+
+
+@pytest.mark.parametrize(
+    ("signum", "group", "extra"),
+    [
+        (signal.SIGINT, True, ()),
+        (signal.SIGTERM, False, ()),
+        (signal.SIGINT, True, MULTI),
+        (signal.SIGTERM, False, MULTI),
+    ],
+    ids=["ctrl-c", "sigterm", "ctrl-c-2-workers", "sigterm-2-workers"],
+)
+def test_a_stop_exits_with_one_line_keeps_the_staged_work_and_resume_finishes(
+    photos, tmp_path, old, new, signum, group, extra
+):
+    out = tmp_path / "out"
+    _place(old, out)
+    process = _start(photos, out, *extra)
+    assert _wait_for_parts(process, out, 2), process.communicate()[1]
+    workers = _descendants(process.pid)
+    if group:
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signum, stderr
+    lines = stderr.strip().splitlines()
+    assert lines and "Traceback" not in stderr, stderr
+    name = "SIGINT (Ctrl-C)" if signum == signal.SIGINT else "SIGTERM"
+    assert re.search(
+        rf"^recordforge: stopped by {re.escape(name)}; {re.escape(str(out))} is as it was; "
+        r"\d+ staged shards?, .* kept in .*: add --resume to continue$",
+        lines[-1],
+    ), stderr
+    # Before it, only the run's progress lines.
+    assert all(
+        line.startswith(("recordforge: converting", "recordforge: wrote")) for line in lines[:-1]
+    )
+    alive = [pid for pid in workers if _running(pid)]
+    assert not alive, f"worker processes left running: {alive}"
+    assert not (out.parent / ".out.recordforge-lock").exists()
+    state = check_invariant(out, old, new)
+    tally(f"{name}{' (2 worker processes)' if extra else ''}", outcome=state, lost=0)
+    resumed = convert(photos, out, "--overwrite", "--resume")
+    assert re.search(r"resuming run \w+: \d+ staged shards", resumed.stderr), resumed.stderr
+    assert resumed.stderr.count("staged by an earlier run") >= 2, resumed.stderr
+    assert check_invariant(out, {}, new) == "new"
+
+
+# --- a worker process killed mid-bundle -------------------------------------------------------
+
+
+def test_a_worker_process_killed_mid_bundle_leaves_old_and_resume_finishes(
+    photos, tmp_path, old, new
+):
+    out = tmp_path / "out"
+    _place(old, out)
+    process = _start(photos, out, *MULTI)
+    assert _wait_for_parts(process, out, 1), process.communicate()[1]
+    workers = [
+        pid
+        for pid in _descendants(process.pid)
+        if b"sdk_worker_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        and not pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/bin/sh")
+    ]
+    assert workers, "no worker process found"
+    os.kill(workers[0], signal.SIGKILL)
+    _, stderr = process.communicate(timeout=300)
+    state = check_invariant(out, old, new)
+    if process.returncode:
+        lines = stderr.strip().splitlines()
+        assert "Traceback" not in stderr, stderr
+        assert lines[-1].startswith("recordforge: failed: the runner lost a worker process"), stderr
+    tally("a worker process killed mid-bundle", outcome=state, exit=process.returncode, lost=0)
+    resume_completes(photos, out, new)
+
+
+# --- a filesystem that fills up ---------------------------------------------------------------
+
+
+@pytest.fixture
+def small_filesystem(tmp_path, old, new):
+    """A tmpfs (root only) with room for the previous dataset and half the new one, mounted at
+    tmp_path/disk; unmounted afterwards."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    room = sum(map(len, old.values())) + sum(map(len, new["files"].values())) // 2
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={room // 1024}k", "tmpfs", str(disk)],
+        capture_output=True,
+    )
+    if mounted.returncode:
+        yield None
+        return
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def test_a_full_disk_fails_with_one_line_and_leaves_the_previous_dataset(
+    photos, small_filesystem, tmp_path, old, new
+):
+    if small_filesystem is None:
+        pytest.skip("cannot mount a tmpfs here (not root); see docs/design.md")
+    out = small_filesystem / "out"
+    _place(old, out)  # the new dataset cannot be staged beside it
+    result = convert(photos, out, "--overwrite", check=False)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert "Traceback" not in result.stderr, result.stderr
+    disk = re.escape(str(small_filesystem))
+    assert re.match(
+        rf"recordforge: failed: out of disk space while writing .* at {disk}/\S+; "
+        rf"{re.escape(str(out))} is as it was; ",
+        lines[-1],
+    ), lines[-1]
+    assert check_invariant(out, old, new) == "old"
+    tally("disk full (small tmpfs)", outcome="old", lost=0)
+    # With room again (the filesystem grown), a rerun completes.
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_filesystem)], check=True)
+    resume_completes(photos, out, new)
+
+
+# --- a Dask worker killed mid-run ---------------------------------------------------------------
+
+
+def test_a_dask_worker_killed_mid_run_leaves_old_or_new_and_resume_finishes(
+    photos,
+    old,
+    new,
+    tmp_path,
+    servers,  # noqa: F811  (the fixture imported above)
+):
+    """A scheduler and two workers on 127.0.0.1 (as in tests/test_runners.py); once the run has
+    staged its first shard, one worker is killed, its whole process group. Dask may run the
+    lost worker's tasks again on the other one (the run succeeds) or give up (the run fails
+    with one line); either way the invariant holds and `--resume` completes."""
+    from distributed import Client
+    from test_runners import DASK, free_port
+
+    if not pathlib.Path(DASK).exists():
+        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
+    port = free_port()
+    local = ("--dashboard-address", "127.0.0.1:0")
+    scheduler = servers(
+        "dask-scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local]
+    )
+    scheduler.wait_for_port(port)
+    workers = [
+        servers(
+            f"dask-worker-{i}",
+            [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
+            + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
+        )
+        for i in range(2)
+    ]
+    with Client(f"127.0.0.1:{port}", timeout=60) as client:
+        client.wait_for_workers(2, timeout=90)
+    out = tmp_path / "run" / "out"
+    _place(old, out)
+    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
+    assert _wait_for_parts(process, out, 1), process.communicate()[1]
+    os.killpg(workers[0].process.pid, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=600)
+    state = check_invariant(out, old, new)
+    if process.returncode:
+        assert "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith("recordforge: failed: "), stderr
+    tally("a Dask worker killed mid-run", outcome=state, exit=process.returncode, lost=0)
+    resume_completes(photos, out, new)
