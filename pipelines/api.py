@@ -271,12 +271,14 @@ def prepare_conversion(
         resume=prepared.resuming is not None,
         detached=detached,
     )
+    if config.split_note:
+        splits = config.split_note
+    elif config.roles.split_column:
+        splits = f"splits from column {config.roles.split_column}"
+    else:
+        splits = "hashed splits: " + ", ".join(f"{n}={f:g}" for n, f in config.splits)
     LOGGER.info(
-        "converting %s into %s (%s splits: %s)",
-        ", ".join(s.given for s in config.sources),
-        output,
-        "column" if config.roles.split_column else "hashed",
-        config.roles.split_column or ", ".join(f"{n}={f:g}" for n, f in config.splits),
+        "converting %s into %s (%s)", ", ".join(s.given for s in config.sources), output, splits
     )
     return output, config, options, prepared
 

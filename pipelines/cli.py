@@ -389,6 +389,9 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
         f"{verb} {plural(manifest['num_inputs'], 'input')} into "
         f"{plural(manifest['num_records'], 'record')} in {seconds:.1f} s"
     )
+    source = manifest.get("source") or {}
+    if source.get("splits"):  # the splits the inputs named: folders, names, SOURCE=SPLIT
+        print(f"  {source['splits']}")
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")
     for name, split in manifest["splits"].items():
         print(
@@ -399,7 +402,6 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
     if labels:
         shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
         print(f"  {plural(len(labels), 'class')}: {shown}")
-    source = manifest.get("source") or {}
     if source.get("labels"):  # why folders gave labels, or did not
         print(f"  {source['labels']}")
     skipped = [

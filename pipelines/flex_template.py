@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recordforge.pipelines import cli
+from recordforge.pipelines import cli, preflight
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.paths import glob_root, has_glob, parent_folder
 
@@ -129,8 +129,8 @@ def _input_locations(sources: Sequence[str]) -> list[str]:
     """The folders the inputs lie in: a glob's fixed part, a file's folder, a folder itself
     (a last segment with a dot is taken for a file: the confinement is then its folder)."""
     locations = []
-    for source in sources:
-        source = source.rstrip("/")
+    for argument in sources:
+        source = preflight.split_source_argument(argument, False)[0].rstrip("/")  # SOURCE=SPLIT
         if has_glob(source):
             location = glob_root(source)
         elif "." in source.rsplit("/", 1)[-1]:

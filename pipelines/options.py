@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from recordforge.pipelines import preflight
+from recordforge.pipelines.source_splits import resolve_source_splits
 from recordforge.pipelines.tables import StagedTable
 from recordforge.transforms.convert import ConvertConfig
 from recordforge.transforms.core.errors import UsageError
@@ -24,7 +25,11 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         "sources",
         nargs="+",
         metavar="SOURCE",
-        help="image folders, image files, CSV files, or globs of them (local paths or gs://...)",
+        help="image folders, image files, CSV files, or globs of them (local paths or gs://...); "
+        "SOURCE=SPLIT puts all of a source in that split. A folder whose first-level folders "
+        "are all split names (train, validation, val, valid, dev, eval, test) holds its splits "
+        "(root/<split>/<class>/<file>), and sources named so (data/train data/test, "
+        "train.csv test.csv) are their splits",
     )
     inputs = parser.add_argument_group("inputs")
     inputs.add_argument(
@@ -40,6 +45,20 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     inputs.add_argument("--schema", help="CSV: YAML or JSON file describing the columns")
     inputs.add_argument(
         "--delimiter", help="CSV: field delimiter (default: the schema file's, else ',')"
+    )
+    inputs.add_argument(
+        "--null-values",
+        type=_null_values,
+        metavar="LIST",
+        help="CSV: comma-separated cell texts that mean a missing value, besides the empty cell "
+        "(default: pandas' read_csv defaults: NA, N/A, NaN, nan, null, NULL, None, <NA>, #N/A, "
+        "...; '' for the empty cell only). A missing cell's feature is left out of its Example",
+    )
+    inputs.add_argument(
+        "--drop-index",
+        action="store_true",
+        help="CSV: drop an unnamed first column, the index pandas' df.to_csv() writes unless "
+        "given index=False",
     )
     inputs.add_argument(
         "--stray-files",
@@ -168,6 +187,12 @@ def _check_text_options(args: argparse.Namespace) -> None:
                 raise UsageError(f"{option} {shown!r} is not valid UTF-8 text") from None
 
 
+def _null_values(value: str) -> tuple[str, ...]:
+    """--null-values: `NA,null` → ("", "NA", "null"); the empty cell is always missing."""
+    texts = [text.strip() for text in value.split(",")]
+    return ("", *dict.fromkeys(text for text in texts if text))
+
+
 def _label_mode(value: str) -> str:
     # Beam's Dataflow option --labels (job labels) shares the name; recordforge's hides it, so
     # Beam's must be passed by its other spelling, --label, which argparse then leaves to Beam.
@@ -247,13 +272,27 @@ def build_config(
     roles = CsvRoles(args.image_column, args.label_column, args.split_column)
     sources = preflight.resolve_sources(args.sources, follow_symlinks=args.follow_symlinks)
     sources = _named_tables(sources, tables)
+    named = resolve_source_splits(
+        sources,
+        ratio_splits=bool(args.splits),
+        split_column=bool(args.split_column),
+        follow_symlinks=args.follow_symlinks,
+    )
+    sources = named.sources
+    if named.splits:  # every input names its split: no hash chooses one
+        splits = tuple((name, 1 / len(named.splits)) for name in named.splits)
     kind = sources[0].kind
     csv_schema = None
     if kind == "csv":
         if args.labels != "auto":
             raise UsageError("--labels applies to image folders; for CSV use --label-column")
         csv_schema = preflight.resolve_csv_schema(
-            sources, schema_path=args.schema, roles=roles, delimiter=args.delimiter
+            sources,
+            schema_path=args.schema,
+            roles=roles,
+            delimiter=args.delimiter,
+            null_values=args.null_values,
+            drop_index=args.drop_index,
         )
     else:
         for option, value in (
@@ -261,6 +300,8 @@ def build_config(
             ("--label-column", args.label_column),
             ("--split-column", args.split_column),
             ("--schema", args.schema),
+            ("--null-values", args.null_values),
+            ("--drop-index", args.drop_index),
         ):
             if value:
                 raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
@@ -275,12 +316,15 @@ def build_config(
         "follow_symlinks": args.follow_symlinks,
         "allowed_roots": list(allowed_roots),
         "stray_files": args.stray_files if args.stray_files != "error" else None,
+        "null_values": list(args.null_values) if args.null_values is not None else None,
+        "drop_index": args.drop_index,
     }
     return ConvertConfig(
         sources=sources,
         output=output,
         name=name or "plan",
         splits=splits,
+        split_note=named.note,
         salt=args.split_salt,
         label_mode=args.labels,
         roles=roles,
@@ -300,7 +344,7 @@ def build_config(
         shown_as={table.path: table.label for table in tables},
         options={
             "name": name,
-            "splits": None if args.split_column else dict(splits),
+            "splits": None if args.split_column or named.splits else dict(splits),
             "split_column": args.split_column,
             "split_salt": args.split_salt,
             "labels": args.labels if kind == "images" else None,
@@ -311,6 +355,7 @@ def build_config(
             "write_index": write_index,
             "tfds": tfds,
             "sharding": sharding.to_dict(),
+            **({"source_splits": named.by_source} if named.splits else {}),
             **{key: value for key, value in chosen.items() if value},
         },
     )

@@ -133,7 +133,8 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
 def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> tuple[Source, ...]:
     """Classify each input as image folder/glob/file or CSV file/glob, and check it has files."""
     sources = []
-    for index, typed in enumerate(given):
+    for index, argument in enumerate(given):
+        typed, split = split_source_argument(argument, follow_symlinks)
         path = normalize_path(typed)
         raw = display(from_os(typed))  # as typed, for messages and the manifest
         if has_glob(path):
@@ -161,10 +162,30 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
             )
         else:
             raise UsageError(f"input not found: {raw!r}")
+        if split is not None:
+            sources[-1] = sources[-1]._replace(split=split)
     kinds = {s.kind for s in sources}
     if len(kinds) > 1:
         raise UsageError("image inputs and CSV inputs cannot be mixed in one run")
     return tuple(sources)
+
+
+def split_source_argument(argument: str, follow_symlinks: bool) -> tuple[str, str | None]:
+    """`SOURCE=SPLIT` → (SOURCE, SPLIT); a path that exists as typed (`a=b/`) is a path."""
+    if "=" not in argument or _exists(normalize_path(argument), follow_symlinks):
+        return argument, None
+    typed, split = argument.rsplit("=", 1)
+    if not is_valid_split_name(split) or not typed:
+        return argument, None  # `a=b/*.jpg`: a path (not found, or a glob), said so later
+    return typed, split
+
+
+def _exists(path: str, follow_symlinks: bool) -> bool:
+    if not has_scheme(path):
+        return os.path.lexists(to_os(path))
+    if has_glob(path):
+        return bool(list_files(path, limit=1, follow_symlinks=follow_symlinks))
+    return _is_file(path) or bool(list_files(path.rstrip("/") + "/**", limit=1))
 
 
 def _has_visible_files(folder: str, follow_symlinks: bool = False) -> bool:
@@ -199,11 +220,19 @@ def resolve_csv_schema(
     schema_path: str | None,
     roles: CsvRoles,
     delimiter: str | None,
+    null_values: Sequence[str] | None = None,
+    drop_index: bool = False,
 ) -> CsvSchema:
-    """The CSV schema: the schema file's columns; the rest inferred from the first CSV's rows."""
+    """The CSV schema: the schema file's columns; the rest inferred from the first CSV's rows.
+
+    `null_values` (--null-values) replaces the schema file's and the default (pandas');
+    `drop_index` (--drop-index) drops an unnamed first column, a DataFrame's index.
+    """
     document = None
     if schema_path is not None:
         document = _load_schema_document(schema_path)
+    if null_values is not None:
+        document = {**(document or {}), "null_values": list(null_values)}
     if delimiter is None:
         delimiter = (document or {}).get("delimiter") or ","
     sample_file = first_csv_file(sources)
@@ -215,6 +244,7 @@ def resolve_csv_schema(
     if sample.num_rows == 0:
         raise UsageError(f"CSV {sample_file} has no data rows")
     _warn_of_another_delimiter(header, delimiter, sample_file)
+    document = _index_column(header, sample, document, drop_index, sample_file)
     for option, column in (
         ("--image-column", roles.image_column),
         ("--label-column", roles.label_column),
@@ -242,21 +272,83 @@ def resolve_csv_schema(
 
 
 def _warn_of_another_delimiter(header: Sequence[str], delimiter: str, sample_file: str) -> None:
-    """A header read as one column holding another common delimiter: most likely a file
-    separated by it (a semicolon-separated export), read with the wrong delimiter."""
-    if len(header) != 1:
-        return
+    """A header holding another common delimiter more often than the one it was split on
+    (a single column named `a;b;c`, or `a;b;c,d` in two): most likely a file separated by it
+    (a semicolon-separated export), read with the wrong delimiter."""
     for other in ";\t|":
-        if other != delimiter and other in header[0]:
+        found = sum(name.count(other) for name in header)
+        if other != delimiter and found and found >= len(header):
             shown = "\\t" if other == "\t" else other
+            columns = (
+                f"a single column named {header[0][:60]!r}"
+                if len(header) == 1
+                else f"a header of {len(header)} columns holding {found} {shown!r}"
+            )
             LOGGER.warning(
-                "%s has a single column named %r: is it separated by %r? (--delimiter %r)",
+                "%s has %s: is it separated by %r? (--delimiter %r)",
                 display(sample_file),
-                header[0][:60],
+                columns,
                 shown,
                 shown,
             )
             return
+
+
+# Column names pandas gives a DataFrame's index when it reads a CSV written with it and writes
+# it again (`Unnamed: 0`), besides the empty name `df.to_csv()` writes.
+_INDEX_NAMES = ("", "Unnamed: 0")
+
+
+def _index_column(
+    header: Sequence[str], sample, document: dict | None, drop_index: bool, sample_file: str
+) -> dict | None:
+    """The schema document, with the first column dropped for --drop-index.
+
+    Raises:
+        UsageError: --drop-index and a named first column; or an unnamed first column holding
+            0, 1, 2, ... (a DataFrame index written by `df.to_csv()`) without --drop-index.
+    """
+    first = header[0] if header else None
+    if drop_index:
+        if first not in _INDEX_NAMES:
+            raise UsageError(
+                f"--drop-index: the first column of {display(sample_file)} is named "
+                f"{first!r}, not an unnamed index column"
+            )
+        columns = dict((document or {}).get("columns") or {})
+        columns[first] = {"drop": True}
+        return {**(document or {}), "columns": columns}
+    if first not in _INDEX_NAMES or first in ((document or {}).get("columns") or {}):
+        return document
+    if not _counts_from_zero(sample.column(0)):
+        if first == "":
+            raise UsageError(
+                f"{display(sample_file)}: the first column has no name; give it a feature key "
+                "in a schema file, or drop it (--drop-index drops an unnamed first column)"
+            )
+        return document
+    advice = "write it with df.to_csv(..., index=False), or pass --drop-index"
+    if first == "":
+        raise UsageError(
+            f"{display(sample_file)}: the first column has no name and holds 0, 1, 2, ...: a "
+            f"pandas DataFrame index written by df.to_csv(); {advice}"
+        )
+    LOGGER.warning(
+        "%s: the first column, %r, holds 0, 1, 2, ...: a pandas DataFrame index, converted as a "
+        "feature; to leave it out, %s",
+        display(sample_file),
+        first,
+        advice,
+    )
+    return document
+
+
+def _counts_from_zero(column) -> bool:
+    """Whether a sample column's texts are 0, 1, 2, ... in order."""
+    texts = column.to_pylist()
+    return bool(texts) and all(
+        text is not None and text.strip() == str(i).encode() for i, text in enumerate(texts)
+    )
 
 
 def _check_feature_names(schema: CsvSchema, roles: CsvRoles) -> None:

@@ -15,6 +15,30 @@ MISSING_RULES = ("omit", "error", "default")
 _TOP_KEYS = ("delimiter", "null_values", "columns")
 _COLUMN_KEYS = ("dtype", "feature", "list", "separator", "missing", "drop")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+# The cell texts pandas' read_csv reads as missing by default (its STR_NA_VALUES, the list in
+# its documentation of `na_values`), the empty cell first; tests/test_csv_missing.py checks
+# them against the installed pandas.
+PANDAS_NULL_VALUES = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
 
 
 class SchemaError(ValueError):
@@ -165,7 +189,7 @@ def validate_document(document: Any, *, source_name: str) -> DocumentSettings:
             f"{src}: delimiter must be one ASCII character other than a quote or a line end, "
             f"not {delimiter!r}"
         )
-    null_values = document.get("null_values", [""])
+    null_values = document.get("null_values", list(PANDAS_NULL_VALUES))
     if not isinstance(null_values, list) or not all(isinstance(v, str) for v in null_values):
         raise SchemaError(
             f"{src}: null_values must be a list of strings (quote values such as 'null'), "

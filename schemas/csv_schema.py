@@ -75,7 +75,8 @@ class CsvSchema:
 
     Attributes:
         columns: the converted columns, in CSV header order (dropped columns excluded).
-        null_values: cell texts that mean "missing".
+        null_values: cell texts that mean "missing" (a schema resolved from a CSV gets
+            csv_document.PANDAS_NULL_VALUES unless told otherwise).
         delimiter: the field delimiter.
         origin: where the schema came from, for the manifest and messages.
         header: the full CSV header, dropped columns included; empty means the header is exactly

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from recordforge.schemas.csv_document import PANDAS_NULL_VALUES
 from recordforge.schemas.csv_schema import (
     DTYPES,
     ColumnSpec,
@@ -379,11 +380,13 @@ def test_delimiter_from_the_document_must_match_the_read():
         (["1", "2.5"], None, "float"),
         (["1", "1.0"], None, "float"),
         (["1e3", "-2E-2"], None, "float"),
-        (["nan", "1"], None, "float"),
+        (["nan", "1"], None, "int64"),  # pandas' null values by default: nan is missing
+        (["nan", "1"], [""], "float"),
         (["inf", "-inf"], None, "float"),
         (["9223372036854775808"], None, "float"),  # beyond int64: pyarrow reads a double
         (["1", "NA"], ["", "NA"], "int64"),
-        (["1", "NA"], None, "bytes"),
+        (["1", "NA"], None, "int64"),  # NA is missing, as pandas reads it
+        (["1", "NA"], [""], "bytes"),
         (["a", "1"], None, "bytes"),
         (["2024-01-02", "2024-02-03"], None, "bytes"),  # dates
         (["2024-01-02 10:00:00", "2024-01-02T11:30:00"], None, "bytes"),  # timestamps
@@ -419,6 +422,7 @@ def test_all_inferred_schema():
             ColumnSpec("b", "b", "bytes"),
             ColumnSpec("c", "c", "float"),
         ),
+        null_values=PANDAS_NULL_VALUES,  # pandas' read_csv defaults
         origin="inferred from the first 2 rows of a.csv",
     )
     assert DTYPES == ("int64", "float", "bytes")

@@ -38,6 +38,8 @@ SAMPLES = {
     "label_column": "label",
     "schema": "gs://bucket/schema.yaml",
     "delimiter": ";",
+    "null_values": "NA,null",
+    "drop_index": "true",
     "stray_files": "unlabeled",
     "check_pixels": "true",
     "follow_symlinks": "false",

@@ -287,3 +287,24 @@ def test_globs_and_the_commit_renames_on_gs(gcs, bucket, photo_folder):
     assert download(gcs, bucket, "tmp") == {}
     with pytest.raises(BeamIOError):  # neither there: something else went wrong
         publish([(f"gs://{bucket}/tmp/c", f"gs://{bucket}/final/c")])
+
+
+def test_split_folders_on_gs_match_a_local_run(gcs, bucket, tmp_path, cli):
+    tree = tmp_path / "tree"
+    for split, classes in {"train": ("cat", "dog"), "val": ("cat",), "test": ("owl",)}.items():
+        for name in classes:
+            for i in range(2):
+                make_image(tree / split / name / f"{i}.png", "PNG", seed=len(split) + i)
+    make_image(tree / ".hidden" / "x.png", "PNG")  # hidden: neither a split nor a class
+    upload(gcs, tree, bucket, "in/tree")
+    output = f"gs://{bucket}/out"
+    result = cli("convert", f"gs://{bucket}/in/tree", "-o", output, "--name", "t")
+    assert result.returncode == 0, result.stderr
+    assert "train, validation ← val/, test" in result.stdout
+    local = cli("convert", tree, "-o", tmp_path / "local", "--name", "t")
+    assert local.returncode == 0, local.stderr
+    remote = download(gcs, bucket, "out")
+    assert_same_dataset(remote, local_files(tmp_path / "local"))
+    info = json.loads(remote["dataset_info.json"])
+    assert list(info["splits"]) == ["train", "validation", "test"]
+    assert info["labels"] == ["cat", "dog", "owl"]

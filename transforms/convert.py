@@ -42,6 +42,9 @@ class ConvertConfig:
         output: the dataset folder (None when only planning).
         name: the prefix of shard file names.
         splits: (name, fraction) pairs for hash-based splits; ignored with a split column.
+            When the inputs name their splits (Source.split, Source.split_folders), those
+            splits in manifest order (the fractions then unused).
+        split_note: how the inputs named their splits, for the summary and the manifest.
         salt: salts the split and order hashes.
         label_mode: "auto", "folder" or "none" (image folders).
         roles: the CSV columns that name the image, the label and the split.
@@ -75,6 +78,7 @@ class ConvertConfig:
     output: str | None
     name: str
     splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    split_note: str = ""
     salt: str = "recordforge"
     label_mode: str = "auto"
     roles: CsvRoles = CsvRoles()
@@ -118,6 +122,8 @@ class ConvertConfig:
         record = {"inputs": [s.given for s in self.sources], "kind": self.sources[0].kind}
         if self.csv_schema is not None:
             record["csv_schema"] = self.csv_schema.to_dict()
+        if self.split_note:
+            record["splits"] = self.split_note
         return record
 
 
@@ -430,6 +436,7 @@ def _write_plan_report(
         **skipped.source_fields(ignored),
         "labels": list(labels.names) or None,
         "labels_note": labels.note,
+        "splits_note": config.split_note,
         "config": config.sharding.to_dict(),
         "splits": {
             split: layouts[split].plan.to_dict()

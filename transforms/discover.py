@@ -182,17 +182,24 @@ class _MatchFilesFn(beam.DoFn):
             else:
                 targets.add(entry.real)
                 if across_sources:
-                    payload = (
-                        (source, path)
-                        if source.kind == "csv"
-                        else tuple(_image_candidate(source, path, relative))
-                    )
+                    if source.kind == "csv":
+                        payload = (source, path)
+                    else:
+                        try:
+                            payload = tuple(_image_candidate(source, path, relative))
+                        except InputError as error:
+                            yield _listing_error(path, error)
+                            continue
                     yield _tagged(LINKED, (entry.real, (reach.rank, path, source.kind, payload)))
                     continue
             if source.kind == "csv":
                 yield _tagged(CSV_FILES, (source, path))
                 continue
-            batch.append(tuple(_image_candidate(source, path, relative)))
+            try:
+                batch.append(tuple(_image_candidate(source, path, relative)))
+            except InputError as error:
+                yield _listing_error(path, error)
+                continue
             if len(batch) == IMAGE_BATCH:
                 yield batch
                 batch = []
@@ -222,23 +229,52 @@ def _first_way(real_and_ways):
     yield _tagged(CSV_FILES, payload) if kind == "csv" else [payload]
 
 
+def _listing_error(path: str, error: InputError) -> beam.pvalue.TaggedOutput:
+    return _tagged(ERRORS, ErrorRecord(path, None, STAGE_DISCOVER, error.kind, error.message))
+
+
 def _tagged(tag: str, value) -> beam.pvalue.TaggedOutput:
     return beam.pvalue.TaggedOutput(tag, value)
 
 
 def _image_candidate(source: Source, path: str, relative: str | None = None) -> Candidate:
+    """The candidate of an image file; below split folders, the split is its first folder and
+    the class its second (root/<split>/<class>/<file>).
+
+    Raises:
+        InputError: `NoSplitFolder`, a file beside the split folders (root/<file>).
+    """
     if relative is None:
         relative = relative_path(path, source.root)
-    depth = relative.count("/")
+    split, within = source.split, relative
+    if source.split_folders:
+        folder, _, within = relative.partition("/")
+        if not within:
+            raise InputError(
+                "NoSplitFolder",
+                "the file is beside the split folders (root/<split>/<class>/<file>), not in "
+                "one, so it belongs to no split",
+            )
+        split = dict(source.split_folders).get(folder)
+        if split is None:  # a folder that appeared after the split folders were listed
+            raise InputError(
+                "NoSplitFolder",
+                f"the folder {display(folder)!r} is not one of the split folders found "
+                f"({', '.join(name for name, _ in source.split_folders)})",
+            )
+    depth = within.count("/")
     return Candidate(
+        # The key is the path below the source's root, split folder included: stable, and
+        # the same whether the split is detected or named.
         key=f"{source.index}:{relative}",
         path=path,
         row=None,
         image_path=path,
         image_name=relative,
         # Shown as a class name: a folder name that is not UTF-8 appears escaped.
-        label=display(relative.split("/", 1)[0]) if depth else None,
+        label=display(within.split("/", 1)[0]) if depth else None,
         depth=depth,
+        split=split,
     )
 
 
@@ -305,12 +341,13 @@ class _ReadCsvFn(beam.DoFn):
 
     def _candidate(self, source, path, relative, row, values) -> Candidate:
         roles = self._roles
-        image_path = image_name = label = split = None
+        image_path = image_name = label = None
         if roles.image_column:
             image_name = _text(values, roles.image_column, "MissingImagePath")
             image_path = image_reference(image_name, path, source.references)
         if roles.label_column:
             label = _label(values, roles.label_column)
+        split = source.split
         if roles.split_column:
             split = _text(values, roles.split_column, "MissingSplit")
             if not is_valid_split_name(split):

@@ -285,7 +285,13 @@ def _read_chunks(
                 elif item.skipped:
                     last_row = item.skipped[-1].row
                 chunk = records.make(
-                    item, source.index, path, relative, label_map, with_examples=with_examples
+                    item,
+                    source.index,
+                    path,
+                    relative,
+                    label_map,
+                    with_examples=with_examples,
+                    split=source.split,
                 )
                 rows += item.num_rows
                 yield item.num_rows, chunk

@@ -37,6 +37,10 @@ class Source(NamedTuple):
         references: the folder that relative image paths in a CSV source's cells are resolved
             against; empty: the CSV file's own folder. (A table given to the Python API is
             staged as a CSV file elsewhere; its paths are relative to the caller's folder.)
+        split: the split of every input of this source (SOURCE=SPLIT, or a source named like
+            a split: data/test, test.csv), or None.
+        split_folders: (folder, split) pairs when the source's first-level folders are splits
+            (root/<split>/<class>/<file>, see core.splits); empty otherwise.
     """
 
     index: int
@@ -45,6 +49,8 @@ class Source(NamedTuple):
     root: str
     given: str
     references: str = ""
+    split: str | None = None
+    split_folders: tuple[tuple[str, str], ...] = ()
 
 
 class CsvRoles(NamedTuple):

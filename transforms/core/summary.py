@@ -293,6 +293,8 @@ def format_plan(report: Mapping, num_hosts: int) -> list[str]:
         f"(planned for {plural(num_hosts, 'reading host')})"
     ]
     lines += format_unusable(report.get("unusable") or {})
+    if report.get("splits_note"):
+        lines.append(f"  {report['splits_note']}")
     for name, plan in report["splits"].items():
         lines.append(
             f"  {printable(name)}: {plural(plan['num_records'], 'record')}, "

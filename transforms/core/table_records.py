@@ -90,6 +90,7 @@ class TableRecords:
         *,
         with_examples: bool = True,
         with_shapes: bool = True,
+        split: str | None = None,
     ) -> TableChunk:
         """The records (or errors) of a batch of rows of the CSV file `path`.
 
@@ -101,6 +102,7 @@ class TableRecords:
             label_map: the run's labels; None only to collect text labels (no records then).
             with_examples: False to size the Examples without writing their bytes (planning).
             with_shapes: False to leave `shapes` empty (the records were tallied before).
+            split: the split of every row (the source's, see Source.split), or None.
         """
         failed: dict[int, InputError] = dict(batch.errors)
         label_ids, label_texts = self._labels(batch, failed)
@@ -143,7 +145,7 @@ class TableRecords:
             columns.insert(len(self._features), FeatureColumn(keys.LABEL, "int64", label_column))
         encoded = encode_examples(columns, count, with_bytes=with_examples)
         good_rows = rows[good]
-        orders, split_names = self._keys(good_rows, source_index, relative, splits, good)
+        orders, split_names = self._keys(good_rows, source_index, relative, splits, good, split)
         examples = encoded.examples if with_examples else pa.nulls(count, pa.binary())
         refs = pa.record_batch(
             [
@@ -229,7 +231,7 @@ class TableRecords:
         texts = pa.array([str(v) for v in encoded.dictionary.to_pylist()], pa.string())
         return pc.take(texts, encoded.indices)
 
-    def _keys(self, rows: np.ndarray, source_index: int, relative: str, splits, good):
+    def _keys(self, rows: np.ndarray, source_index: int, relative: str, splits, good, split=None):
         """Order keys (binary array) and split names (string array) of the good rows."""
         prefix = f"{source_index}:{relative}#"
         # Record keys ("0:table.csv#17"), built column-wise; only the hash runs per row.
@@ -257,6 +259,8 @@ class TableRecords:
         )
         if splits is not None:
             names = splits.filter(pa.array(good)) if not good.all() else splits
+        elif split is not None:
+            names = pa.array([split] * len(rows), pa.string())
         elif self._only_split is None:
             choose = self._chooser.choose
             names = pa.array([choose(key.decode("utf-8")) for key in key_bytes], pa.string())
