@@ -7,14 +7,17 @@ a header check off by one byte (a stream cut 11 bytes into a header) went unnoti
 from __future__ import annotations
 
 import io
+from unittest import mock
 
 import pytest
 
+from recordforge.transforms.core import tfrecord
 from recordforge.transforms.core.tfrecord import (
     TRUNCATED,
     FramingProblem,
     TFRecordCorruption,
     frame_record,
+    masked_crc32c,
     read_records,
     scan_records,
 )
@@ -74,3 +77,37 @@ def test_every_short_header_is_a_truncated_header(have):
         list(read_records(io.BytesIO(STREAM[: start + have])))
     assert raised.value.offset == start
     assert str(raised.value) == f"at byte {start}: truncated header ({have} of 12 bytes)"
+
+
+class Recording(io.BytesIO):
+    """Records the largest read asked of it."""
+
+    largest = 0
+
+    def read(self, n: int = -1) -> bytes:
+        self.largest = max(self.largest, n)
+        return super().read(n)
+
+
+def test_records_longer_than_one_read_are_read_in_pieces():
+    payloads = [b"p" * 20, b"q" * 8, b"r" * 9]
+    stream = Recording(b"".join(frame_record(p) for p in payloads))
+    with mock.patch.object(tfrecord, "_MAX_READ", 8):
+        assert [data for _, data, _ in scan_records(stream)] == payloads
+    assert stream.largest == 12  # the header; records past 8 bytes come 8 at a time
+
+
+def test_a_length_field_claiming_more_than_the_stream_costs_no_large_read():
+    length = (1 << 40).to_bytes(8, "little")
+    header = length + masked_crc32c(length).to_bytes(4, "little")
+    stream = Recording(header + b"only this")
+    assert list(scan_records(stream)) == [
+        (
+            0,
+            b"",
+            FramingProblem(
+                TRUNCATED, f"truncated record (9 of {(1 << 40) + 4} bytes after the header)"
+            ),
+        )
+    ]
+    assert stream.largest <= 64 << 20
