@@ -38,7 +38,7 @@ mutate: $(VENV)/.installed-mutate
 	cp -R pipelines transforms schemas $(MUTATE_DIR)/src/recordforge/
 	cp -R tests pyproject.toml $(MUTATE_DIR)/
 	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
-	cd $(MUTATE_DIR) && $(MUTMUT) run $(MUTANTS) > run.log 2>&1 || { tail -n 40 run.log; exit 1; }
+	cd $(MUTATE_DIR) && TF_CPP_MIN_LOG_LEVEL=3 $(MUTMUT) run $(MUTANTS) > run.log 2>&1 || { tail -n 40 run.log; exit 1; }
 	cd $(MUTATE_DIR) && $(MUTMUT) results --all true > results.txt
 	@echo "Killed (or timed out) of all mutants, per module:"
 	@awk -F': ' '/: / && $$2 != "not checked" { m = $$1; sub(/^ +/, "", m); sub(/\.x(_|ǁ).*/, "", m); n[m]++; \
