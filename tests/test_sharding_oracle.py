@@ -136,7 +136,7 @@ def splits_and_configs(draw):
     return sizes, hosts, min_bytes, max_bytes, forced
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(case=splits_and_configs())
 def test_the_planner_follows_the_rule(case):
     sizes, hosts, min_bytes, max_bytes, forced = case
