@@ -204,3 +204,111 @@ def test_a_failing_tell_reaches_the_caller_as_it_is():
 )
 def test_pillow_errors_are_described_in_one_short_line(error, described):
     assert _describe(error) == described
+
+
+def animated_gif() -> bytes:
+    """Two frames with the blocks GIF writers use: an application extension (loop), a comment,
+    graphic control extensions, and a local colour table on the second frame."""
+    first = rgb().convert("P", palette=Image.Palette.ADAPTIVE)
+    second = rgb().rotate(90).convert("P", palette=Image.Palette.ADAPTIVE)
+    return encode(
+        first, "GIF", save_all=True, append_images=[second], comment=b"hello", duration=100, loop=0
+    )
+
+
+def gif_blocks(data: bytes) -> list[tuple[str, int, int]]:
+    """(kind, offset of its last byte, flags) of each block after the header and the global
+    colour table, walked here from the GIF spec."""
+    table = 3 << ((data[10] & 7) + 1) if data[10] & 0x80 else 0
+    offset, found = 13 + table, []
+    while data[offset] != 0x3B:
+        kind, flags = data[offset], 0
+        if kind == 0x21:
+            offset += 2
+        else:
+            flags = data[offset + 9]
+            offset += 11 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
+        while data[offset]:
+            offset += 1 + data[offset]
+        found.append(("image" if kind == 0x2C else "extension", offset, flags))
+        offset += 1
+    return found
+
+
+ANIMATED = animated_gif()
+IMAGES = [i for i, (kind, _, _) in enumerate(gif_blocks(ANIMATED)) if kind == "image"]
+
+
+def descriptor_offsets(data: bytes) -> list[int]:
+    """Where each image descriptor starts: the end of the block before it, plus one."""
+    blocks = gif_blocks(data)
+    return [blocks[i - 1][1] + 1 for i in IMAGES]
+
+
+def test_the_test_gif_has_extensions_and_a_local_colour_table():
+    blocks = gif_blocks(ANIMATED)
+    assert blocks[0][0] == "extension" and len(IMAGES) == 2
+    assert blocks[IMAGES[1]][2] & 0x80  # the second frame's own colour table
+
+
+def test_a_gif_with_extensions_and_local_colour_tables_decodes():
+    assert decode_image_bytes(ANIMATED) == ImageFacts("gif", WIDTH, HEIGHT, 3)
+
+
+def test_a_colour_table_size_without_the_table_flag_means_no_table():
+    """The size bits count only when the flag (0x80) is set; TensorFlow decodes it."""
+    first = descriptor_offsets(ANIMATED)[0]
+    assert ANIMATED[first + 9] == 0
+    data = corrupt(ANIMATED, first + 9, 0x07)
+    assert decode_image_bytes(data) == ImageFacts("gif", WIDTH, HEIGHT, 3)
+
+
+@pytest.mark.parametrize(
+    ("into", "message"),
+    [
+        (5, "the file ends inside a GIF image descriptor"),
+        (9, "the file ends inside a GIF image descriptor"),
+        (10, "the file ends inside a GIF data block"),  # the descriptor whole, nothing after
+        (11, "the file ends inside a GIF data block"),
+    ],
+)
+def test_a_gif_cut_in_its_second_frame(into, message):
+    second = descriptor_offsets(ANIMATED)[1]
+    with pytest.raises(InputError) as raised:
+        probe_image_bytes(ANIMATED[: second + into])
+    assert (raised.value.kind, str(raised.value)) == (
+        "TruncatedImage",
+        f"the GIF file is truncated: {message}",
+    )
+
+
+def test_unknown_bytes_after_a_complete_frame_end_the_gif():
+    """As TensorFlow (giflib) reads it: appended data, not a damaged image."""
+    assert decode_image_bytes(ANIMATED[:-1] + b"junk") == ImageFacts("gif", WIDTH, HEIGHT, 3)
+
+
+def test_a_gif_without_any_frame_is_corrupt():
+    table = 3 << ((ANIMATED[10] & 7) + 1)
+    data = ANIMATED[: 13 + table] + b";"  # the header, the global colour table, the trailer
+    with pytest.raises(InputError) as raised:
+        probe_image_bytes(data)
+    assert (raised.value.kind, str(raised.value)) == (
+        "CorruptImage",
+        "the GIF file is corrupt: no more images in GIF file",
+    )
+
+
+@pytest.mark.parametrize("length", [13, None])
+def test_a_gif_screen_wider_than_int16_is_a_bomb_from_its_header(length):
+    """40000 x 3000 = 120 M pixels in the logical screen alone; the header is enough."""
+    data = ANIMATED[:6] + struct.pack("<HH", 40_000, 3_000) + ANIMATED[10:]
+    with pytest.raises(InputError) as raised:
+        probe_image_bytes(data[:length])
+    assert raised.value.kind == "DecompressionBomb"
+    assert "40000x3000 = 120,000,000 pixels" in str(raised.value)
+
+
+def test_a_first_frame_beyond_the_first_64_kib_is_found_from_the_stream():
+    data = encode(rgb().convert("P"), "GIF", comment=b"c" * 70_000)
+    assert gif_blocks(data)[0][1] > 64 * 1024
+    assert probe_image(io.BytesIO(data), len(data)) == ImageFacts("gif", WIDTH, HEIGHT, 3)
