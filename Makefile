@@ -36,7 +36,7 @@ mutate: $(VENV)/.installed-mutate
 	mkdir -p $(MUTATE_DIR)/src/recordforge
 	cp -R recordforge/. $(MUTATE_DIR)/src/recordforge/
 	cp -R pipelines transforms schemas $(MUTATE_DIR)/src/recordforge/
-	cp -R tests pyproject.toml $(MUTATE_DIR)/
+	cp -R tests pyproject.toml schemas $(MUTATE_DIR)/
 	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
 	cd $(MUTATE_DIR) && TF_CPP_MIN_LOG_LEVEL=3 $(MUTMUT) run $(MUTANTS) > run.log 2>&1 || { tail -n 40 run.log; exit 1; }
 	cd $(MUTATE_DIR) && $(MUTMUT) results --all true > results.txt
