@@ -3,6 +3,9 @@
 #   make test   set up .venv with the test tools (and Debian's chromium) and run the test suite
 #   make bench  set up .venv with the benchmark's tools and run it (ARGS="..." passes options,
 #               e.g. make bench ARGS="--large"; see benchmarks/README.md)
+#   make mutate mutation testing of the pure core with mutmut (long; not part of `make test`):
+#               a score per module, the surviving mutants listed (see docs/testing.md);
+#               MUTANTS="recordforge.transforms.core.tfrecord.*" runs some mutants only
 # recordforge is installed as a package (not in editable mode), as workers will import it;
 # the install is redone whenever a source file changes.
 
@@ -11,7 +14,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SOURCES := pyproject.toml $(shell find recordforge pipelines transforms schemas -name '*.py' -o -name '*.proto')
 
-.PHONY: demo test bench install browser clean
+.PHONY: demo test bench mutate install browser clean
 
 demo: $(VENV)/.installed
 	$(BIN)/recordforge demo --data demo-data --output demo-output
@@ -21,6 +24,30 @@ test: $(VENV)/.installed-test browser
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m benchmarks $(ARGS)
+
+# mutmut names a module by its file's path, so it runs in a copy of the package laid out as
+# installed (src/recordforge/transforms/...); [tool.mutmut] in pyproject.toml says what it mutates
+# and which tests it runs. Each run starts afresh: mutmut's cache keys on paths and times.
+MUTATE_DIR := build/mutate
+MUTMUT := $(abspath $(BIN))/mutmut
+
+mutate: $(VENV)/.installed-mutate
+	rm -rf $(MUTATE_DIR)
+	mkdir -p $(MUTATE_DIR)/src/recordforge
+	cp -R recordforge/. $(MUTATE_DIR)/src/recordforge/
+	cp -R pipelines transforms schemas $(MUTATE_DIR)/src/recordforge/
+	cp -R tests pyproject.toml schemas $(MUTATE_DIR)/
+	find $(MUTATE_DIR) -name __pycache__ -prune -exec rm -rf {} +
+	cd $(MUTATE_DIR) && TF_CPP_MIN_LOG_LEVEL=3 $(MUTMUT) run $(MUTANTS) > run.log 2>&1 || { tail -n 40 run.log; exit 1; }
+	cd $(MUTATE_DIR) && $(MUTMUT) results --all true > results.txt
+	@echo "Killed (or timed out) of all mutants, per module:"
+	@awk -F': ' '/: / && $$2 != "not checked" { m = $$1; sub(/^ +/, "", m); sub(/\.x(_|ǁ).*/, "", m); n[m]++; \
+	    if ($$2 == "killed" || $$2 == "timeout") k[m]++ } \
+	  END { for (m in n) printf "  %-45s %4d of %4d (%.1f%%)\n", m, k[m], n[m], 100 * k[m] / n[m] }' \
+	  $(MUTATE_DIR)/results.txt | sort
+	@echo "Not killed (docs/testing.md lists those judged equivalent):"
+	@grep -Ev ': (killed|timeout|not checked)$$' $(MUTATE_DIR)/results.txt || echo "  none"
+	@echo "Diff of one mutant: cd $(MUTATE_DIR) && $(MUTMUT) show NAME"
 
 # The --html test opens the page in a real browser: Debian's Chromium and its WebDriver.
 browser:
@@ -42,6 +69,10 @@ $(VENV)/.installed: $(VENV)/bin/python $(SOURCES)
 $(VENV)/.installed-test: $(VENV)/bin/python $(SOURCES)
 	$(BIN)/pip install --quiet --upgrade '.[test]'
 	touch $@ $(VENV)/.installed
+
+$(VENV)/.installed-mutate: $(VENV)/bin/python $(SOURCES)
+	$(BIN)/pip install --quiet --upgrade '.[test,mutate]'
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 $(VENV)/.installed-bench: $(VENV)/bin/python $(SOURCES)
 	$(BIN)/pip install --quiet --upgrade '.[bench]'
