@@ -36,7 +36,7 @@ def test_a_text_parses_as_its_dtype(text, dtype, value):
     [
         ("x", "int64", "'x' is not an int64"),
         ("1.5", "int64", "'1.5' is not an int64"),
-        ("9223372036854775808", "int64", "'9223372036854775808' is not an int64"),
+        ("9223372036854775808", "int64", "'9223372036854775808' is outside the int64 range"),
         ("٣", "int64", "'٣' is not an int64"),
         ("abc", "float", "'abc' is not a float"),
         ("", "float", "'' is not a float"),

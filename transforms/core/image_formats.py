@@ -158,6 +158,12 @@ def check_bmp_layout(head: bytes, size: int) -> None:
         InputError: `UnsupportedImageFormat` for another depth (1-, 4- and 16-bit files, OS/2
             headers), `CorruptImage` for a size that does not match.
     """
+    if len(head) >= 18 and struct.unpack_from("<I", head, 14)[0] == 12:
+        raise InputError(
+            "UnsupportedImageFormat",
+            "OS/2 BMP files (a 12-byte header) are not supported (TensorFlow decodes Windows "
+            "BMPs only); convert them to PNG",
+        )
     if len(head) < 32:
         raise InputError("TruncatedImage", "the BMP file is truncated: it ends in its header")
     offset, width, height = (
