@@ -14,9 +14,6 @@ import contextlib
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from recordforge.schemas.csv_schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
@@ -44,6 +41,7 @@ from recordforge.transforms.discover import (
     read_error,
     receipt_of,
 )
+from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_csv
 from recordforge.transforms.shard import CUT, SettleCutBuckets, WholeShards
@@ -235,7 +233,7 @@ class _ReadTableFn(beam.DoFn):
             tally.add(counts, times)
         self._shapes.clear()
         # One tally per bundle, not an element per record.
-        yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
+        yield beam.pvalue.TaggedOutput(TALLY, in_global_window(tally))
 
 
 def _without_examples(refs: pa.RecordBatch) -> pa.RecordBatch:
