@@ -13,7 +13,6 @@ import collections
 import contextlib
 
 import apache_beam as beam
-import pyarrow as pa
 
 from recordforge.schemas.csv_schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
@@ -33,6 +32,7 @@ from recordforge.transforms.core.records import (
     SpilledPiece,
     concat_batches,
     is_small_piece,
+    without_examples,
 )
 from recordforge.transforms.core.table_records import TableRecords
 from recordforge.transforms.discover import (
@@ -219,7 +219,7 @@ class _ReadTableFn(beam.DoFn):
                     if spill is not None:
                         # The bytes wait in the spill file; the plan needs only the sizes.
                         yield beam.pvalue.TaggedOutput(BLOCKS, spill.add(refs))
-                        refs = _without_examples(refs)
+                        refs = without_examples(refs)
                     yield refs
                 self._shapes.update(dict(chunk.shapes))
         if self._collect_labels:
@@ -234,11 +234,6 @@ class _ReadTableFn(beam.DoFn):
         self._shapes.clear()
         # One tally per bundle, not an element per record.
         yield beam.pvalue.TaggedOutput(TALLY, in_global_window(tally))
-
-
-def _without_examples(refs: pa.RecordBatch) -> pa.RecordBatch:
-    index = refs.schema.get_field_index("example")
-    return refs.set_column(index, refs.schema.field(index), pa.nulls(refs.num_rows, pa.binary()))
 
 
 def _read_chunks(
