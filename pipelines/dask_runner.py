@@ -1,7 +1,6 @@
 """Beam's DaskRunner with the gaps fixed that a real pipeline falls into (Beam 2.77).
 
-Beam's own translation (apache_beam/runners/dask/transform_evaluator.py; the Beam internals
-used here come from recordforge.transforms.internals) runs simple
+Beam's own translation (apache_beam/runners/dask/transform_evaluator.py) runs simple
 single-output pipelines but, for a pipeline like recordforge's:
 - mixes a multi-output DoFn's outputs: every consumer of `.with_outputs(...)` receives the main
   and all tagged outputs together (`_ReadCsvFn` then got image paths);
@@ -17,6 +16,8 @@ by default one per worker thread of the cluster, so the work after it spreads ov
 (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
+The Beam internals it builds on come from recordforge.transforms.internals, which checks the
+Beam release.
 """
 
 from __future__ import annotations

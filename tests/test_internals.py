@@ -8,6 +8,7 @@ import sys
 import apache_beam
 import pytest
 
+from recordforge import errors
 from recordforge.errors import UsageError
 from recordforge.pipelines.runner import beam_options
 from recordforge.transforms import internals
@@ -48,6 +49,7 @@ def test_the_first_use_of_an_internal_refuses_an_untested_beam(beam_release):
     with pytest.raises(UntestedBeamVersion) as refused:
         beam_options([])  # parsing Beam's flags uses PipelineOptions._add_argparse_args
     assert isinstance(refused.value, UsageError) and isinstance(refused.value, ValueError)
+    assert errors.UntestedBeamVersion is UntestedBeamVersion  # public, with the others
     with pytest.raises(UntestedBeamVersion):
         internals.__getattr__("OutputHandler")  # the Dask runner's names load the same way
     with pytest.raises(UntestedBeamVersion):
