@@ -49,6 +49,7 @@ from recordforge.transforms.core.errors import (
     VerifyFailed,
 )
 from recordforge.transforms.core.summary import format_plan
+from recordforge.transforms.internals import parser_actions, without_step_suffix
 from recordforge.transforms.write import remove_tree
 
 LOGGER = logging.getLogger("recordforge")
@@ -299,12 +300,12 @@ def refusal_in(
     # text when the worker was another process), so look for it by name in the chain.
     while error is not None:
         if isinstance(error, kinds):
-            return type(error)(str(error).split(" [while running")[0])
+            return type(error)(without_step_suffix(str(error)))
         text = str(error)
         for kind in kinds:
             marker = kind.__name__ + ": "
             if marker in text:
-                message = text.split(marker, 1)[1].splitlines()[0].split(" [while running")[0]
+                message = without_step_suffix(text.split(marker, 1)[1].splitlines()[0])
                 return kind(message)
         error = error.__cause__ or error.__context__
     return None
@@ -322,8 +323,7 @@ def _command_actions(command: str, *, keywords_only: bool = True) -> dict[str, a
     """The command's options that are keyword arguments, by keyword (the option's dest)."""
     from recordforge.pipelines.cli import command_parser
 
-    # argparse lists a parser's options only in its private `_actions`.
-    actions = command_parser(command)._actions
+    actions = parser_actions(command_parser(command))
     return {
         a.dest: a
         for a in actions

@@ -39,6 +39,7 @@ from recordforge.transforms.core.errors import (
 )
 from recordforge.transforms.core.sharding import human_size
 from recordforge.transforms.core.summary import plural
+from recordforge.transforms.internals import LOST_WORKER_TEXTS, subcommand_parser
 from recordforge.transforms.staging import JOURNAL, interrupted_commit
 
 LOGGER = logging.getLogger("recordforge")
@@ -184,10 +185,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def command_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one command (say `convert`), e.g. to list its options."""
-    for action in _parser()._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action.choices[command]
-    raise KeyError(command)
+    return subcommand_parser(_parser(), command)
 
 
 def _spare_the_collector() -> None:
@@ -343,19 +341,11 @@ def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ..
     return None if refusal is None else str(refusal)
 
 
-# What runners raise when a worker process dies (killed, out of memory) under a bundle.
-_LOST_WORKER = (
-    "Worker subprocess exited with return code",  # FnApiRunner, multi-process
-    "Channel closed prematurely",  # FnApiRunner: the worker's data channel
-    "KilledWorker",  # Dask: a task's workers died too often
-)
-
-
 def _lost_worker(error: BaseException) -> str | None:
     """One line for a run whose runner lost a worker process, else None."""
     while error is not None:
         text = f"{type(error).__name__}: {error}"
-        for marker in _LOST_WORKER:
+        for marker in LOST_WORKER_TEXTS:
             if marker in text:
                 detail = text[text.index(marker) :].splitlines()[0][:200]
                 return f"the runner lost a worker process ({detail})"

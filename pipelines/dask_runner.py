@@ -16,6 +16,8 @@ by default one per worker thread of the cluster, so the work after it spreads ov
 (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
+The Beam internals it builds on come from recordforge.transforms.internals, which checks the
+Beam release.
 """
 
 from __future__ import annotations
@@ -28,18 +30,26 @@ import dask
 import dask.bag as db
 from apache_beam import DoFn, pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
-from apache_beam.runners.common import (
+from apache_beam.transforms.window import GlobalWindow
+
+from recordforge.transforms.internals import (
+    DASK_TRANSLATIONS,
+    BeamDaskRunner,
+    DaskFlatten,
+    DaskOptions,
+    DaskReshuffle,
+    DaskRunnerResult,
     DoFnContext,
     DoFnInvoker,
     DoFnSignature,
+    OutputHandler,
     Receiver,
-    _OutputHandler,
+    SideInputMap,
+    WindowedValue,
+    dask_bag_kwargs,
+    dask_overrides,
+    side_input_view,
 )
-from apache_beam.runners.dask import dask_runner, overrides
-from apache_beam.runners.dask import transform_evaluator as beam_ops
-from apache_beam.transforms.sideinputs import SideInputMap
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.windowed_value import WindowedValue
 
 
 class _Outputs:
@@ -81,7 +91,7 @@ def _run_bundle(items, fn, label, args, kwargs, side_specs, *side_values):
     """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs."""
     outputs = _Outputs()
     receivers = _TaggedReceivers(outputs)
-    handler = _OutputHandler(
+    handler = OutputHandler(
         window_fn=None,
         main_receivers=receivers[None],
         tagged_receivers=receivers,
@@ -151,14 +161,14 @@ class _DaskBagVisitor(PipelineVisitor):
         transform = node.transform
         inputs = [v for v in node.inputs if not isinstance(v, pvalue.PBegin)]
         bags = [self._bag_of(v) for v in inputs]
-        if isinstance(transform, overrides._Reshuffle):
+        if isinstance(transform, DaskReshuffle):
             bag = bags[0]
             self.bags[node] = bag.repartition(npartitions=max(bag.npartitions, self._npartitions))
         elif type(transform) is beam.ParDo:
             self.bags[node] = self._pardo(node, bags[0])
-        elif type(transform) in beam_ops.TRANSLATIONS:  # Create, GroupByKey, Flatten
-            op = beam_ops.TRANSLATIONS[type(transform)](node, bag_kwargs=self._bag_kwargs)
-            if isinstance(op, beam_ops.Flatten):
+        elif type(transform) in DASK_TRANSLATIONS:  # Create, GroupByKey, Flatten
+            op = DASK_TRANSLATIONS[type(transform)](node, bag_kwargs=self._bag_kwargs)
+            if isinstance(op, DaskFlatten):
                 self.bags[node] = op.apply(bags)
             else:
                 self.bags[node] = op.apply(bags[0] if bags else None)
@@ -170,7 +180,7 @@ class _DaskBagVisitor(PipelineVisitor):
         args, kwargs = transform.raw_side_inputs
         side_specs, side_values = [], []
         for side in node.side_inputs:
-            side_specs.append((type(side), side._view_options()))
+            side_specs.append(side_input_view(side))
             # A whole-bag dependency, computed once and handed to every partition.
             side_values.append(dask.delayed(list)(self._bag_of(side.pvalue)))
         pairs = bag.map_partitions(
@@ -185,22 +195,22 @@ class _DaskBagVisitor(PipelineVisitor):
         return _TaggedBag(pairs)
 
 
-class DaskRunner(dask_runner.DaskRunner):
+class DaskRunner(BeamDaskRunner):
     """Runs a batch pipeline on a dask.distributed cluster (--dask_client_address)."""
 
     def run_pipeline(self, pipeline, options):
         import dask.distributed as ddist
 
-        dask_options = options.view_as(dask_runner.DaskOptions).get_all_options(
+        dask_options = options.view_as(DaskOptions).get_all_options(
             drop_default=True, current_only=True
         )
-        bag_kwargs = dask_runner.DaskOptions._extract_bag_kwargs(dask_options)
+        bag_kwargs = dask_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
-        pipeline.replace_all(overrides.dask_overrides())
+        pipeline.replace_all(dask_overrides())
         npartitions = bag_kwargs.get("npartitions") or sum(client.nthreads().values()) or 1
         visitor = _DaskBagVisitor(npartitions, bag_kwargs)
         pipeline.visit(visitor)
         # Their results come back to this process: a pipeline's ends should be small (here, the
         # manifest).
         futures = client.compute(dask.optimize(*visitor.sinks()))
-        return dask_runner.DaskRunnerResult(client, futures)
+        return DaskRunnerResult(client, futures)

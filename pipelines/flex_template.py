@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from recordforge.pipelines import cli, preflight
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.paths import glob_root, has_glob, parent_folder
+from recordforge.transforms.internals import action_kind, parser_actions
 
 # `sources` is one parameter holding every SOURCE argument, separated by this.
 LIST_SEPARATOR = ","
@@ -59,20 +60,13 @@ class TemplateParameter:
 def template_parameters() -> list[TemplateParameter]:
     """Every option of `recordforge convert` but RUNNER_OPTIONS, read from its argument parser."""
     found = []
-    for action in cli.command_parser("convert")._actions:
-        if isinstance(action, argparse._HelpAction) or action.dest in RUNNER_OPTIONS:
+    for action in parser_actions(cli.command_parser("convert")):
+        kind = action_kind(action)
+        if kind == "help" or action.dest in RUNNER_OPTIONS:
             continue
         long_flags = [s for s in action.option_strings if s.startswith("--")]
         if not action.option_strings:
             kind = "list"
-        elif isinstance(action, argparse._AppendAction):
-            kind = "repeated"
-        elif isinstance(action, argparse._StoreTrueAction):
-            kind = "switch"
-        elif isinstance(action, argparse._CountAction):
-            kind = "count"
-        else:
-            kind = "value"
         value_type = "int" if kind == "count" else getattr(action.type, "__name__", "str")
         found.append(
             TemplateParameter(

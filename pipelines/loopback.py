@@ -17,7 +17,7 @@ from __future__ import annotations
 import runpy
 import sys
 
-from recordforge.pipelines.runner import grpc_listeners_on_loopback
+from recordforge.transforms.internals import grpc_listeners_on_loopback
 
 USAGE = "usage: python -m recordforge.pipelines.loopback MODULE [ARGS...]"
 

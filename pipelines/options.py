@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from recordforge.pipelines import preflight
 from recordforge.pipelines.source_splits import resolve_source_splits
@@ -37,8 +37,10 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         type=_label_mode,
         choices=LABEL_MODES,
         default="auto",
-        help="image folders: take class labels from root/<class>/<file> folders; 'auto' does "
-        "so when every image sits exactly one folder deep (default: auto)",
+        help="image folders: class labels from class folders, root/<class>/<file> (below split "
+        "folders: root/<split>/<class>/<file>). 'auto' (default): when most images of every "
+        "folder source sit one folder deep; 'folder': the first folder level, always; 'none': "
+        "no labels",
     )
     inputs.add_argument("--image-column", help="CSV: column naming an image file per row")
     inputs.add_argument("--label-column", help="CSV: column holding the class label")
@@ -98,6 +100,25 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     add_split_options(parser, column=True)
     add_sharding_options(parser)
     add_error_rate_option(parser)
+
+
+def set_keyword_options(
+    args: argparse.Namespace, options: Mapping, *, caller: str, not_options: Collection[str]
+) -> argparse.Namespace:
+    """`args` (a parser's defaults) with keyword arguments set over them, for a Python call
+    (`reshard()`, `WriteDataset`); a `splits` mapping becomes its text form (`train=0.8,...`).
+
+    Raises:
+        UsageError: a keyword that is none of the options' names, or one of `not_options`.
+    """
+    for key, value in options.items():
+        if key in not_options or not hasattr(args, key):
+            known = ", ".join(sorted(k for k in vars(args) if k not in not_options))
+            raise UsageError(f"{caller} has no option {key!r} (its options: {known})")
+        if key == "splits" and isinstance(value, Mapping):
+            value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
+        setattr(args, key, value)
+    return args
 
 
 def add_split_options(

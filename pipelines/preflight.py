@@ -18,7 +18,6 @@ from recordforge.schemas.csv_schema import (
     CsvSchema,
     SchemaError,
     parse_schema_document,
-    read_sample,
     resolve_schema,
 )
 from recordforge.schemas.features import (
@@ -39,6 +38,7 @@ from recordforge.transforms.core.confine import (
     normalize_root,
     real_path,
 )
+from recordforge.transforms.core.csv_io import read_sample
 from recordforge.transforms.core.errors import InputError, UsageError
 from recordforge.transforms.core.filenames import display, from_os, to_os
 from recordforge.transforms.core.naming import (

@@ -97,13 +97,13 @@ def reshard_arguments(inputs: list[str], output: str, options: Mapping) -> argpa
     from recordforge.pipelines.cli import command_parser
 
     args = command_parser("reshard").parse_args([*inputs, "--output", output])
-    for key, value in options.items():
-        if key in ("inputs", "output", "handler", "verbose", "quiet") or not hasattr(args, key):
-            raise UsageError(f"reshard() has no option {key!r}")
-        if key == "splits" and isinstance(value, Mapping):
-            value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
-        setattr(args, key, value)
-    return args
+    return cli_options.set_keyword_options(
+        args, options, caller="reshard()", not_options=_NOT_OPTIONS
+    )
+
+
+# The command's arguments that are not keyword options of reshard().
+_NOT_OPTIONS = ("inputs", "output", "handler", "verbose", "quiet")
 
 
 def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):

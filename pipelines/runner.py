@@ -1,16 +1,14 @@
-"""Running a pipeline: Beam options from the command line, the default runner, loopback gRPC."""
+"""Running a pipeline: Beam options from the command line, runner names, the default runner."""
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import importlib.util
 import json
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
-import grpc
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
     PipelineOptions,
@@ -18,12 +16,10 @@ from apache_beam.options.pipeline_options import (
     SetupOptions,
     StandardOptions,
 )
-from apache_beam.transforms import userstate
 
 from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.internals import add_option_arguments, fn_api_runner
 
-# Addresses that mean "every interface"; local runs bind them to the loopback interface instead.
-_WILDCARD_HOSTS = ("[::]", "0.0.0.0", "", "localhost", "[::1]")
 # How long the preflight waits for a job service, worker pool or Dask scheduler to answer.
 CONNECT_TIMEOUT_SECONDS = 5.0
 
@@ -259,7 +255,7 @@ def _check_connects(option: str, what: str, address: str) -> None:
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for cls in _all_option_classes():
-        cls._add_argparse_args(parser)  # Beam's own way of assembling its parser
+        add_option_arguments(cls, parser)
     _, unknown = parser.parse_known_args(list(args))
     return unknown
 
@@ -282,62 +278,4 @@ def uses_default_runner(options: PipelineOptions) -> bool:
 
 def default_runner():
     """Beam's FnApiRunner: local, in-process or multi-process, with no download (unlike Prism)."""
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-    return FnApiRunner()
-
-
-def _loopback(address: str) -> str:
-    host, _, port = address.rpartition(":")
-    return f"127.0.0.1:{port}" if host in _WILDCARD_HOSTS else address
-
-
-@contextlib.contextmanager
-def grpc_listeners_on_loopback() -> Iterator[None]:
-    """While active, gRPC servers created in this process listen on 127.0.0.1 only.
-
-    Beam's FnApiRunner (multi-process mode) and its worker helpers bind `[::]:0`, i.e. every
-    network interface, with no option to change it; a local conversion has no reason to accept
-    connections from other machines.
-    """
-    original = grpc.server
-
-    def loopback_server(*args, **kwargs):
-        server = original(*args, **kwargs)
-        add_port = server.add_insecure_port
-        server.add_insecure_port = lambda address: add_port(_loopback(address))
-        return server
-
-    grpc.server = loopback_server
-    try:
-        yield
-    finally:
-        grpc.server = original
-
-
-@contextlib.contextmanager
-def dofns_inspected_once() -> Iterator[None]:
-    """While active, Beam looks for state and timer parameters in each DoFn object once.
-
-    Beam (2.77) looks for them (`userstate.get_dofn_specs`, a signature of each of a DoFn's ~30
-    methods) when a ParDo is made, translated and validated, and again each time a stage
-    starts: ~450 times in a conversion, ~0.14 s of CPU, a quarter of building and running its
-    ~20 stages on FnApiRunner. The answer depends only on the DoFn's methods, fixed once the
-    object exists. Objects are told apart by identity (and kept alive while this is active,
-    so that an identity is never reused), not by equality.
-    """
-    original = userstate.get_dofn_specs
-    answers: dict[int, tuple] = {}  # id(dofn) -> (dofn, (state specs, timer specs))
-
-    def inspected_once(dofn):
-        known = answers.get(id(dofn))
-        if known is None:
-            known = answers[id(dofn)] = (dofn, original(dofn))
-        state_specs, timer_specs = known[1]
-        return set(state_specs), set(timer_specs)  # callers get their own sets, as before
-
-    userstate.get_dofn_specs = inspected_once
-    try:
-        yield
-    finally:
-        userstate.get_dofn_specs = original
+    return fn_api_runner()

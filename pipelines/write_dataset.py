@@ -83,14 +83,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _arguments(output: str, options: Mapping) -> argparse.Namespace:
     args = _parser().parse_args(["--output", output])
-    for key, value in options.items():
-        if key in _NOT_OPTIONS or not hasattr(args, key):
-            known = ", ".join(sorted(k for k in vars(args) if k not in _NOT_OPTIONS))
-            raise UsageError(f"WriteDataset has no option {key!r} (its options: {known})")
-        if key == "splits" and isinstance(value, Mapping):
-            value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
-        setattr(args, key, value)
-    return args
+    return cli_options.set_keyword_options(
+        args, options, caller="WriteDataset", not_options=_NOT_OPTIONS
+    )
 
 
 def _config(args: argparse.Namespace, features: Mapping | None) -> ExamplesConfig:

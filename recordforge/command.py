@@ -16,13 +16,12 @@ import sys
 import threading
 
 from recordforge.transforms.core.errors import Stopped, WorkerLost
+from recordforge.transforms.internals import FN_API_LOST_WORKER
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # the stop signal taken, once
 _lost: list[str] = []  # a worker process that died, as the thread watching it said
 _installed: list[bool] = []
-# What FnApiRunner's thread watching a worker process raises when that process dies.
-_LOST_WORKER = "Worker subprocess exited with return code"
 
 
 def handle_stops() -> None:
@@ -81,7 +80,7 @@ def _thread_failed(args) -> None:
         exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
     )
     text = str(args.exc_value)
-    if _LOST_WORKER in text and not (_received or _lost):
+    if FN_API_LOST_WORKER in text and not (_received or _lost):
         _lost.append(text.splitlines()[0][:200])
         _end_the_run()
 

@@ -2,7 +2,9 @@
 
     RecordforgeError
     ├── UsageError (also a ValueError): a bad option, source, output or dataset folder;
-    │                                   nothing was written
+    │   │                               nothing was written
+    │   └── UntestedBeamVersion: the installed Beam is not the release recordforge uses the
+    │                            internals of (transforms/internals.py)
     ├── RunFailed: the run refused to finish and wrote no manifest
     │   ├── ErrorRateExceeded: more inputs failed than max_error_rate allows
     │   ├── InputChanged: an input changed while the run read it
@@ -26,6 +28,7 @@ from recordforge.transforms.core.errors import (
     UsageError,
     VerifyFailed,
 )
+from recordforge.transforms.internals import UntestedBeamVersion
 
 __all__ = [
     "ErrorRateExceeded",
@@ -34,6 +37,7 @@ __all__ = [
     "MixedFeatureTypes",
     "RecordforgeError",
     "RunFailed",
+    "UntestedBeamVersion",
     "UsageError",
     "VerifyFailed",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from recordforge.transforms.core.csv_cells import dtype_phrase, parse_text
+from recordforge.schemas.csv_cells import dtype_phrase, parse_text
 
 DTYPES = ("int64", "float", "bytes")
 MISSING_RULES = ("omit", "error", "default")

@@ -18,7 +18,7 @@ from recordforge.schemas.csv_document import (
     parse_schema_document,
     validate_document,
 )
-from recordforge.schemas.csv_sample import infer_dtype, read_sample
+from recordforge.schemas.csv_sample import infer_dtype
 
 __all__ = [
     "DTYPES",
@@ -26,7 +26,6 @@ __all__ = [
     "CsvSchema",
     "SchemaError",
     "parse_schema_document",
-    "read_sample",
     "resolve_schema",
 ]
 
@@ -186,7 +185,7 @@ def resolve_schema(
     Args:
         header: the CSV's column names, in order.
         document: the schema document (from `parse_schema_document`), or None to infer everything.
-        sample: the sample rows from `read_sample` (columns in header order), or None.
+        sample: the sample rows from `core.csv_io.read_sample` (columns in header order), or None.
         source_name: the schema file's name (or the CSV's, when there is no document); messages
             and the origin name it.
         delimiter: the delimiter the header and sample were read with.

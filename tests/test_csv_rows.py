@@ -15,8 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema, read_sample, resolve_schema
-from recordforge.transforms.core.csv_io import CsvReadFailure
+from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema, resolve_schema
+from recordforge.transforms.core.csv_io import CsvReadFailure, read_sample
 from recordforge.transforms.core.csv_rows import CsvEnd, ParsedRow, RowError, read_csv_rows
 from recordforge.transforms.core.errors import InputError
 

@@ -16,9 +16,9 @@ from recordforge.schemas.csv_schema import (
     CsvSchema,
     SchemaError,
     parse_schema_document,
-    read_sample,
     resolve_schema,
 )
+from recordforge.transforms.core.csv_io import read_sample
 from recordforge.transforms.core.errors import InputError
 
 BRIEF_DOCUMENT = """\

@@ -14,8 +14,9 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 from conftest import is_loopback
 
-from recordforge.pipelines.runner import beam_options, dofns_inspected_once, runner_args
+from recordforge.pipelines.runner import beam_options, runner_args
 from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.internals import dofns_inspected_once
 
 PORTABLE = "apache_beam.runners.portability.portable_runner.PortableRunner"
 DASK = "recordforge.pipelines.dask_runner.DaskRunner"

@@ -6,9 +6,6 @@ import collections
 
 import apache_beam as beam
 import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from recordforge.schemas import codec
 from recordforge.schemas import features as keys
@@ -35,6 +32,7 @@ from recordforge.transforms.core.records import (
     ref_batch,
 )
 from recordforge.transforms.core.tfrecord import FRAMING_BYTES
+from recordforge.transforms.internals import in_global_window
 
 ERRORS = "errors"
 TALLY = "tally"
@@ -191,9 +189,7 @@ class RecordBuilder:
             tally.images.add(*facts, times=times)
         self._shapes.clear()
         self._images.clear()
-        return beam.pvalue.TaggedOutput(
-            TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()])
-        )
+        return beam.pvalue.TaggedOutput(TALLY, in_global_window(tally))
 
 
 class _BuildRecordFn(beam.DoFn):

@@ -17,9 +17,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow, GlobalWindows
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
+from apache_beam.transforms.window import GlobalWindows
 
 from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeatures
 from recordforge.transforms.combiners import TallyCombineFn
@@ -40,6 +38,7 @@ from recordforge.transforms.core.sharding import ShardingConfig
 from recordforge.transforms.core.tfrecord import FRAMING_BYTES
 from recordforge.transforms.core.tfrecord_files import Problem, read_file_records
 from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.shard import PlanShards
@@ -303,7 +302,7 @@ def _in_global_window(output):
     """A finish_bundle output: a WindowedValue in the global window (tags kept)."""
     if isinstance(output, beam.pvalue.TaggedOutput):
         return beam.pvalue.TaggedOutput(output.tag, _in_global_window(output.value))
-    return WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
+    return in_global_window(output)
 
 
 class _ParkElementsFn(beam.DoFn):

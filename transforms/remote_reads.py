@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from recordforge.transforms.core.filenames import to_os
 from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.internals import gcs_object, open_gcs_reader
 
 # What one read that misses the reader's buffer fetches at least. Beam's GCS reader buffers
 # 16 MiB by default (gcsio's read_buffer_size), so the probe's first 16 KiB read of an image
@@ -75,7 +76,7 @@ def _refuse_encoded(reader, path: str) -> None:
     # The reader reloaded the object's metadata when it was opened: no request. Read without
     # a fallback, so that a google-cloud-storage without the attribute fails loudly (and
     # tests/test_gcs_encoded.py with it) instead of letting encoded objects through.
-    encoding = reader._blob.content_encoding
+    encoding = gcs_object(reader).content_encoding
     if encoding and encoding != "identity":
         reader.close()
         raise EncodedObjectError(path, encoding)
@@ -84,9 +85,11 @@ def _refuse_encoded(reader, path: str) -> None:
 def object_version(reader) -> int:
     """The generation of the gs:// object a reader from open_file reads (a rewrite makes a new
     one), or -1 for other filesystems."""
-    # Beam's BeamBlobReader keeps the object's metadata, loaded when it was opened (no request),
-    # in the same attribute _refuse_encoded reads.
-    generation = getattr(getattr(reader, "_blob", None), "generation", None)
+    try:
+        blob = gcs_object(reader)
+    except AttributeError:  # not a gs:// reader
+        return -1
+    generation = getattr(blob, "generation", None)
     return int(generation) if generation is not None else -1
 
 
@@ -104,11 +107,9 @@ def open_for_small_reads(path: str) -> tuple[BinaryIO, int]:
     filesystem = FileSystems.get_filesystem(path)
     if filesystem.scheme() != "gs":
         return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED), -1
-    # The GcsIO that GCSFileSystem.open itself uses, built from the pipeline's options
-    # (credentials, project, retries): only its read buffer differs. Beam's filesystem API has
-    # no buffer size; tests/test_gcs_reads.py fails if this private call goes away.
+    # tests/test_gcs_reads.py fails if this private call goes away.
     try:
-        reader = filesystem._gcsIO().open(path, "rb", read_buffer_size=SMALL_READ_BUFFER_BYTES)
+        reader = open_gcs_reader(filesystem, path, SMALL_READ_BUFFER_BYTES)
     except NotImplementedError as error:  # as in open_file
         raise EncodedObjectError(path, "gzip") from error
     _refuse_encoded(reader, path)

@@ -13,10 +13,6 @@ import collections
 import contextlib
 
 import apache_beam as beam
-import pyarrow as pa
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from recordforge.schemas.csv_schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
@@ -36,6 +32,7 @@ from recordforge.transforms.core.records import (
     SpilledPiece,
     concat_batches,
     is_small_piece,
+    without_examples,
 )
 from recordforge.transforms.core.table_records import TableRecords
 from recordforge.transforms.discover import (
@@ -44,6 +41,7 @@ from recordforge.transforms.discover import (
     read_error,
     receipt_of,
 )
+from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_csv
 from recordforge.transforms.shard import CUT, SettleCutBuckets, WholeShards
@@ -221,7 +219,7 @@ class _ReadTableFn(beam.DoFn):
                     if spill is not None:
                         # The bytes wait in the spill file; the plan needs only the sizes.
                         yield beam.pvalue.TaggedOutput(BLOCKS, spill.add(refs))
-                        refs = _without_examples(refs)
+                        refs = without_examples(refs)
                     yield refs
                 self._shapes.update(dict(chunk.shapes))
         if self._collect_labels:
@@ -235,12 +233,7 @@ class _ReadTableFn(beam.DoFn):
             tally.add(counts, times)
         self._shapes.clear()
         # One tally per bundle, not an element per record.
-        yield beam.pvalue.TaggedOutput(TALLY, WindowedValue(tally, MIN_TIMESTAMP, [GlobalWindow()]))
-
-
-def _without_examples(refs: pa.RecordBatch) -> pa.RecordBatch:
-    index = refs.schema.get_field_index("example")
-    return refs.set_column(index, refs.schema.field(index), pa.nulls(refs.num_rows, pa.binary()))
+        yield beam.pvalue.TaggedOutput(TALLY, in_global_window(tally))
 
 
 def _read_chunks(

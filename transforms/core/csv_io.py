@@ -405,3 +405,54 @@ def _parse_options(
     return pa_csv.ParseOptions(
         delimiter=delimiter, newlines_in_values=True, invalid_row_handler=on_invalid_row
     )
+
+
+# --- a bounded sample, for schema inference --------------------------------------------------
+
+_SAMPLE_BLOCK_SIZE = 1 << 20
+# The sample stops growing here once it holds a row (rows of tens of MB are possible).
+_SAMPLE_MAX_BYTES = 64 << 20
+
+
+def read_sample(
+    stream: BinaryIO, *, delimiter: str = ",", max_rows: int = 10_000
+) -> tuple[list[str], pa.Table]:
+    """Read the header and up to max_rows rows of a CSV for inference.
+
+    Rows with the wrong number of fields are skipped. Every column is read as the raw bytes of
+    its cells (type inference happens in `infer_dtype`, once the null values are known).
+    Deterministic for the same bytes. Reads the stream only about as far as the rows need
+    (at least 1 MiB, at most twice what the rows take, and no more than _SAMPLE_MAX_BYTES
+    once it holds a row).
+
+    Args:
+        stream: the CSV file, opened for binary reading.
+        delimiter: the field delimiter.
+        max_rows: the most data rows to return.
+
+    Returns:
+        The header's column names, and a table of binary columns in header order.
+
+    Raises:
+        InputError: kind "UnreadableCsv" when pyarrow cannot parse the start of the file.
+        CsvReadFailure: the part of the file read cannot be read (a row larger than the
+            limit, a quote never closed, the stream failing).
+    """
+    # The sample is parsed from memory (pyarrow reads a native buffer, with no Python calls on its
+    # IO threads). The stream hands out whole records only (RecordStream): the prefix read is
+    # doubled until it holds max_rows + 1 rows, the file ends, or it is large enough.
+    source = RecordStream(stream, delimiter=delimiter, block_size=_SAMPLE_BLOCK_SIZE)
+    data = source.read()
+    names = header_names(data, delimiter)
+    target = _SAMPLE_BLOCK_SIZE
+    while True:
+        table = read_text_table(data, names, delimiter)
+        if (
+            source.complete
+            or table.num_rows > max_rows
+            or (table.num_rows and len(data) >= _SAMPLE_MAX_BYTES)
+        ):
+            return list(names), table.slice(0, max_rows)
+        target *= 2
+        while len(data) < target and not source.complete:
+            data += source.read()

@@ -12,13 +12,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from recordforge.schemas.csv_schema import CsvSchema
-from recordforge.transforms.core.csv_cells import (
+from recordforge.schemas.csv_cells import (
     convert_list_column,
     convert_values,
     not_a_value,
     short_repr,
 )
+from recordforge.schemas.csv_schema import CsvSchema
 from recordforge.transforms.core.csv_io import (
     CsvReadFailure,
     RecordStream,

@@ -1,0 +1,89 @@
+"""recordforge.transforms.internals refuses a Beam release other than the one it was written for."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import apache_beam
+import pytest
+
+from recordforge import errors
+from recordforge.errors import UsageError
+from recordforge.pipelines.runner import beam_options
+from recordforge.transforms import internals
+from recordforge.transforms.internals import TESTED_BEAM, UntestedBeamVersion, check_beam_version
+
+
+@pytest.fixture
+def beam_release(monkeypatch):
+    """Set the Beam release the checks see; the real one is checked again afterwards."""
+
+    def pretend(version: str) -> None:
+        monkeypatch.setattr(apache_beam, "__version__", version)
+        internals._require_tested_beam.cache_clear()
+
+    yield pretend
+    monkeypatch.undo()
+    internals._require_tested_beam.cache_clear()
+
+
+def test_the_installed_beam_is_the_tested_one():
+    check_beam_version(apache_beam.__version__)
+    assert apache_beam.__version__.startswith(TESTED_BEAM + ".")
+
+
+@pytest.mark.parametrize("version", [f"{TESTED_BEAM}.0", f"{TESTED_BEAM}.3", f"{TESTED_BEAM}.0rc1"])
+def test_patch_releases_of_the_tested_beam_are_accepted(version):
+    check_beam_version(version)
+
+
+@pytest.mark.parametrize("version", ["2.78.0", "2.76.1", "2.7.7", "3.77.0", "2.770.0"])
+def test_other_beam_releases_are_refused(version):
+    with pytest.raises(UntestedBeamVersion, match=rf"apache-beam {version} is installed"):
+        check_beam_version(version)
+
+
+def test_the_first_use_of_an_internal_refuses_an_untested_beam(beam_release):
+    beam_release("2.78.0")
+    with pytest.raises(UntestedBeamVersion) as refused:
+        beam_options([])  # parsing Beam's flags uses PipelineOptions._add_argparse_args
+    assert isinstance(refused.value, UsageError) and isinstance(refused.value, ValueError)
+    assert errors.UntestedBeamVersion is UntestedBeamVersion  # public, with the others
+    with pytest.raises(UntestedBeamVersion):
+        internals.__getattr__("OutputHandler")  # the Dask runner's names load the same way
+    with pytest.raises(UntestedBeamVersion):
+        internals.fn_api_runner()
+    with pytest.raises(UntestedBeamVersion), internals.dofns_inspected_once():
+        pass
+    beam_release(apache_beam.version.__version__)
+    assert beam_options([]) is not None
+
+
+def test_internals_has_no_other_names():
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        internals.__getattr__("Nothing")
+
+
+def test_the_command_refuses_an_untested_beam_in_one_line(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "t.csv").write_text("a\n1\n")
+    output = tmp_path / "out"
+    program = (
+        "import sys, apache_beam\n"
+        "apache_beam.__version__ = '2.78.0'\n"
+        f"sys.argv = ['recordforge', 'convert', {str(tmp_path / 'in')!r}, '--output', "
+        f"{str(output)!r}]\n"
+        "from recordforge.command import main\n"
+        "sys.exit(main())\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "recordforge: error: apache-beam 2.78.0 is installed, but recordforge uses internals "
+        f"of Beam {TESTED_BEAM} that other releases may change; install "
+        f"apache-beam=={TESTED_BEAM}.*"
+    ]
+    assert not output.exists()
