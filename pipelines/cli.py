@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.pipelines import api
+from recordforge.pipelines import api, progress
 from recordforge.pipelines import options as cli_options
 from recordforge.pipelines import output as output_folder
 from recordforge.pipelines.assembly import build_pipeline, run_pipeline
@@ -216,6 +216,11 @@ def _configure_logging(level: int) -> None:
     logging.getLogger("apache_beam").setLevel(beam_level)
 
 
+def _progress_of(args: argparse.Namespace, phases=progress.CONVERT_PHASES):
+    """Bars on a terminal, status lines elsewhere (stderr), none with --quiet."""
+    return None if args.quiet else progress.monitor(phases=phases)
+
+
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     output, config, options, prepared = api.prepare_conversion(args, beam_args)
     staging = prepared.staging
@@ -226,7 +231,11 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
                 f"--resume: the interrupted run had reached its commit; finished it into {output}"
             )
         else:
-            run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+            run_pipeline(
+                options,
+                lambda pipeline: build_pipeline(pipeline, config),
+                progress=_progress_of(args),
+            )
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -430,7 +439,7 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     try:
-        report = api.run_plan(args, beam_args)
+        report = api.run_plan(args, beam_args, progress=_progress_of(args, progress.PLAN_PHASES))
     except api.REFUSED as failure:  # an input that cannot be read to its end, say
         print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED

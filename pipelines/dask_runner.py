@@ -41,6 +41,8 @@ from apache_beam.transforms.sideinputs import SideInputMap
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
+from recordforge.pipelines.dask_metrics import BundleMetrics, DaskMetrics, TaskCounters, new_topic
+
 
 class _Outputs:
     """A Receiver for each output tag, collecting (tag, value) pairs in emission order."""
@@ -77,8 +79,11 @@ def _windowed(value) -> WindowedValue:
     return WindowedValue(value, 0, (GlobalWindow(),))
 
 
-def _run_bundle(items, fn, label, args, kwargs, side_specs, *side_values):
-    """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs."""
+def _run_bundle(items, fn, label, args, kwargs, metrics_topic, side_specs, *side_values):
+    """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs.
+
+    Its Beam metrics go to the launcher as events on `metrics_topic` (pipelines/dask_metrics).
+    """
     outputs = _Outputs()
     receivers = _TaggedReceivers(outputs)
     handler = _OutputHandler(
@@ -104,13 +109,18 @@ def _run_bundle(items, fn, label, args, kwargs, side_specs, *side_values):
         user_state_context=None,
         bundle_finalizer_param=DoFn.BundleFinalizerParam(),
     )
-    invoker.invoke_setup()
-    invoker.invoke_start_bundle()
-    for item in items:
-        invoker.invoke_process(_windowed(item))
-    invoker.invoke_finish_bundle()
-    invoker.invoke_teardown()
+    with BundleMetrics(metrics_topic, label):
+        invoker.invoke_setup()
+        invoker.invoke_start_bundle()
+        for item in items:
+            invoker.invoke_process(_windowed(item))
+        invoker.invoke_finish_bundle()
+        invoker.invoke_teardown()
     return outputs.pairs
+
+
+def _concatenated(partitions: list[list]) -> list:
+    return [value for partition in partitions for value in partition]
 
 
 def _select(pairs, tag):
@@ -128,7 +138,8 @@ class _TaggedBag:
 
 
 class _DaskBagVisitor(PipelineVisitor):
-    def __init__(self, npartitions: int, bag_kwargs: dict) -> None:
+    def __init__(self, npartitions: int, bag_kwargs: dict, metrics_topic: str) -> None:
+        self._metrics_topic = metrics_topic
         self.bags: dict[AppliedPTransform, db.Bag | _TaggedBag] = collections.OrderedDict()
         self._consumed: set[AppliedPTransform] = set()
         self._npartitions = npartitions
@@ -171,14 +182,18 @@ class _DaskBagVisitor(PipelineVisitor):
         side_specs, side_values = [], []
         for side in node.side_inputs:
             side_specs.append((type(side), side._view_options()))
-            # A whole-bag dependency, computed once and handed to every partition.
-            side_values.append(dask.delayed(list)(self._bag_of(side.pvalue)))
+            # A whole-bag dependency, computed once and handed to every partition: from the
+            # bag's partitions as they are (an optimized copy of its graph, which
+            # `delayed(list)(bag)` makes, would list and probe the inputs again per side input).
+            partitions = self._bag_of(side.pvalue).to_delayed(optimize_graph=False)
+            side_values.append(dask.delayed(_concatenated)(partitions))
         pairs = bag.map_partitions(
             _run_bundle,
             transform.fn,
             transform.label,
             tuple(args),
             kwargs,
+            self._metrics_topic,
             side_specs,
             *side_values,
         )
@@ -198,9 +213,24 @@ class DaskRunner(dask_runner.DaskRunner):
         client = ddist.Client(**dask_options)
         pipeline.replace_all(overrides.dask_overrides())
         npartitions = bag_kwargs.get("npartitions") or sum(client.nthreads().values()) or 1
-        visitor = _DaskBagVisitor(npartitions, bag_kwargs)
+        topic = new_topic()
+        counters = TaskCounters()
+        # Subscribed before the work is sent: the scheduler forwards every event of the run.
+        client.subscribe_topic(topic, counters.add)
+        visitor = _DaskBagVisitor(npartitions, bag_kwargs, topic)
         pipeline.visit(visitor)
         # Their results come back to this process: a pipeline's ends should be small (here, the
         # manifest).
         futures = client.compute(dask.optimize(*visitor.sinks()))
-        return dask_runner.DaskRunnerResult(client, futures)
+        return DaskRunnerResult(client, futures, counters)
+
+
+@dataclasses.dataclass
+class DaskRunnerResult(dask_runner.DaskRunnerResult):
+    """Beam's result, with the run's metrics (Beam's raises NotImplementedError): the counters
+    of finished and running bundles, live while the run goes on."""
+
+    counters: TaskCounters = dataclasses.field(default_factory=TaskCounters)
+
+    def metrics(self) -> DaskMetrics:
+        return self.counters.results()
