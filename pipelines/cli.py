@@ -258,7 +258,7 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     output, config, inputs, options, prepared = prepare_reshard(args, beam_args)
     started = time.monotonic()
     try:
-        run_reshard(config, inputs, options)
+        run_reshard(config, inputs, options, progress=_progress_of(args, progress.RESHARD_PHASES))
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)

@@ -4,8 +4,9 @@ Beam's DaskRunner keeps no metrics (its result's `metrics()` raises NotImplement
 a DoFn's `Metrics.counter(...).inc()` goes nowhere outside a metrics container. Here each
 bundle (a dask task) counts into its own container and sends its running totals, every second
 while it runs and once when it ends, as a dask event (`Worker.log_event`) on a topic of its
-run; the launcher's client subscribes to the topic and keeps each task's latest totals. A task
-that dask runs again sends under the same key, so a retry replaces the totals, never adds.
+run; the launcher's client subscribes to the topic and keeps the latest totals of each
+(task, transform): one dask task may run several fused bundles, and a task that dask runs again
+sends under the same key, so a retry replaces the totals, never adds.
 """
 
 from __future__ import annotations
@@ -96,21 +97,22 @@ class TaskCounters:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tasks: dict[str, tuple[float, str, list]] = {}
+        self._tasks: dict[tuple[str, str], tuple[float, list]] = {}
 
     def add(self, event) -> None:
         """A dask event (timestamp, message), as `Client.subscribe_topic` hands them over."""
         timestamp, message = event
+        key = (message["task"], message["step"])
         with self._lock:
-            known = self._tasks.get(message["task"])
+            known = self._tasks.get(key)
             if known is None or known[0] <= timestamp:
-                self._tasks[message["task"]] = (timestamp, message["step"], message["counters"])
+                self._tasks[key] = (timestamp, message["counters"])
 
     def results(self) -> DaskMetrics:
         totals: dict[MetricKey, int] = {}
         with self._lock:
-            tasks = list(self._tasks.values())
-        for _, step, counters in tasks:
+            latest = list(self._tasks.items())
+        for (_, step), (_, counters) in latest:
             for namespace, name, value in counters:
                 key = MetricKey(step, MetricName(namespace, name))
                 totals[key] = totals.get(key, 0) + value

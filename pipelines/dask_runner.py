@@ -79,10 +79,11 @@ def _windowed(value) -> WindowedValue:
     return WindowedValue(value, 0, (GlobalWindow(),))
 
 
-def _run_bundle(items, fn, label, args, kwargs, metrics_topic, side_specs, *side_values):
+def _run_bundle(items, fn, label, args, kwargs, metrics, side_specs, *side_values):
     """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs.
 
-    Its Beam metrics go to the launcher as events on `metrics_topic` (pipelines/dask_metrics).
+    Its Beam metrics go to the launcher: `metrics` is (the run's event topic, the transform's
+    full label), see pipelines/dask_metrics.
     """
     outputs = _Outputs()
     receivers = _TaggedReceivers(outputs)
@@ -109,7 +110,7 @@ def _run_bundle(items, fn, label, args, kwargs, metrics_topic, side_specs, *side
         user_state_context=None,
         bundle_finalizer_param=DoFn.BundleFinalizerParam(),
     )
-    with BundleMetrics(metrics_topic, label):
+    with BundleMetrics(*metrics):
         invoker.invoke_setup()
         invoker.invoke_start_bundle()
         for item in items:
@@ -193,7 +194,7 @@ class _DaskBagVisitor(PipelineVisitor):
             transform.label,
             tuple(args),
             kwargs,
-            self._metrics_topic,
+            (self._metrics_topic, node.full_label),
             side_specs,
             *side_values,
         )

@@ -36,6 +36,7 @@ STATUS_LINE_SECONDS = 10.0
 
 CONVERT_PHASES = ("listing", "probing", "writing")
 PLAN_PHASES = ("listing", "probing")
+RESHARD_PHASES = ("writing",)
 
 
 @dataclass(frozen=True)

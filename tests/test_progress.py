@@ -76,6 +76,16 @@ def test_plan_shows_listing_and_probing_only(photo_folder):
     assert "wrote" not in result.stderr
 
 
+def test_reshard_shows_writing(photo_folder, tmp_path):
+    assert run_cli("convert", photo_folder, "--output", tmp_path / "converted").returncode == 0
+    shards = sorted(str(path) for path in (tmp_path / "converted").glob("*.tfrecord-*-of-*"))
+    result = run_cli("reshard", *shards, "--output", tmp_path / "resharded")
+    assert result.returncode == 0, result.stderr
+    records = json.loads((tmp_path / "resharded" / "dataset_info.json").read_text())["num_records"]
+    assert f"recordforge: done: wrote {records} of {records} records (" in result.stderr
+    assert records == 10
+
+
 def test_library_progress_switch(photo_folder, tmp_path, capsys):
     recordforge.convert(photo_folder, tmp_path / "shown", progress=True)
     _assert_counts_match_manifest(capsys.readouterr().err, tmp_path / "shown")
