@@ -15,6 +15,9 @@ computed. Reshuffle repartitions the bag (Beam's is a no-op) into --dask_npartit
 by default one per worker thread of the cluster, so the work after it spreads over the workers
 (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
+Beam's keeps no metrics; here each bundle counts into a metrics container whose counters reach
+the launcher while the job runs (pipelines/dask_metrics.py), so `result.metrics()` works.
+
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
 """
 
