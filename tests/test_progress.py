@@ -61,6 +61,20 @@ def test_fn_api_runner_shows_the_final_counts(photo_folder, tmp_path):
     assert "done:" not in result.stdout and result.stdout.startswith("Converted ")
 
 
+def test_csv_table_shows_rows_listed_and_written(tmp_path):
+    table = tmp_path / "table.csv"
+    table.write_text("x,label\n" + "".join(f"{i},{'ab'[i % 2]}\n" for i in range(500)) + "oops\n")
+    out = tmp_path / "out"
+    result = run_cli("convert", table, "--output", out, "--label-column", "label")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    records, bad_rows = manifest["num_records"], manifest["errors"]["count"]
+    assert (records, bad_rows) == (500, 1)
+    # Rows read into records are listed (the bad row is quarantined as it is read); no probing.
+    done = f"recordforge: done: listed {records} inputs; wrote {records} of {records} records ("
+    assert done in result.stderr, result.stderr
+
+
 def test_quiet_shows_no_progress(photo_folder, tmp_path):
     result = run_cli("convert", photo_folder, "--output", tmp_path / "out", "--quiet")
     assert result.returncode == 0, result.stderr
