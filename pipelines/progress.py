@@ -34,6 +34,8 @@ from recordforge.transforms.progress import (
 BAR_POLL_SECONDS = 0.5
 STATUS_LINE_SECONDS = 10.0
 
+_JOIN_SECONDS = 5.0
+
 CONVERT_PHASES = ("listing", "probing", "writing")
 PLAN_PHASES = ("listing", "probing")
 RESHARD_PHASES = ("writing",)
@@ -142,7 +144,9 @@ class ProgressMonitor:
     def _halt(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            # Not forever: a poll stuck on a job service that went away must not hold the
+            # launcher (the thread is a daemon).
+            self._thread.join(timeout=_JOIN_SECONDS)
 
 
 def monitor(
