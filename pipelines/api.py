@@ -27,8 +27,10 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from recordforge.pipelines import options as cli_options
 from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
+from recordforge.pipelines import progress as progress_view
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import open_dataset
+from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import (
     beam_options,
     check_runner_reachable,
@@ -61,7 +63,14 @@ _NOT_KEYWORDS = frozenset({"help", "sources", "output", "verbose", "quiet", "jso
 BeamArgs = Sequence[str] | PipelineOptions | None
 
 
-def convert(sources, output: str | os.PathLike, *, beam_args: BeamArgs = None, **options):
+def convert(
+    sources,
+    output: str | os.PathLike,
+    *,
+    beam_args: BeamArgs = None,
+    progress: bool | None = None,
+    **options,
+):
     """Convert `sources` into a dataset in `output`; returns the dataset (a DatasetFolder).
 
     Args:
@@ -74,6 +83,9 @@ def convert(sources, output: str | os.PathLike, *, beam_args: BeamArgs = None, *
         beam_args: Apache Beam's options, as command-line flags
             (`["--direct_num_workers=2", "--direct_running_mode=multi_processing"]`) or a
             PipelineOptions.
+        progress: show the run's progress on stderr: True always (bars on a terminal or in
+            a notebook, else a status line every few seconds), False never, None (the
+            default) where there is a terminal or a notebook.
         **options: the options of `recordforge convert`, with underscores: `splits`
             ("train=0.8,test=0.2" or {"train": 0.8, "test": 0.2}), `image_column`,
             `label_column`, `num_hosts`, `overwrite=True`, `allowed_root=[...]`, `runner`, ...
@@ -88,14 +100,17 @@ def convert(sources, output: str | os.PathLike, *, beam_args: BeamArgs = None, *
     flags = beam_flags(beam_args)
     with _staged_sources(sources, _temp_location(flags)) as (paths, tables):
         args = command_arguments("convert", paths, {"output": output, **options})
-        folder = run_conversion(args, flags, tables=tables)
+        folder = run_conversion(
+            args, flags, tables=tables, progress=progress_view.library_monitor(progress)
+        )
     return open_dataset(folder)
 
 
-def plan(sources, *, beam_args: BeamArgs = None, **options) -> Plan:
+def plan(sources, *, beam_args: BeamArgs = None, progress: bool | None = None, **options) -> Plan:
     """The shard plan `convert` would make for `sources`, and its reasons; writes nothing.
 
-    Takes the arguments of `convert` but the output and its options (name, compression, ...).
+    Takes the arguments of `convert` (`progress` shows listing and probing) but the output and
+    its options (name, compression, ...).
 
     Raises:
         UsageError, RunFailed: as `convert`.
@@ -104,7 +119,8 @@ def plan(sources, *, beam_args: BeamArgs = None, **options) -> Plan:
     flags = beam_flags(beam_args)
     with _staged_sources(sources, _temp_location(flags)) as (paths, tables):
         args = command_arguments("plan", paths, options)
-        report = run_plan(args, flags, tables=tables)
+        monitor = progress_view.library_monitor(progress, progress_view.PLAN_PHASES)
+        report = run_plan(args, flags, tables=tables, progress=monitor)
     return Plan(report, args.num_hosts)
 
 
@@ -170,7 +186,11 @@ class Plan:
 
 
 def run_conversion(
-    args: argparse.Namespace, beam_args: Sequence[str], *, tables: Sequence[StagedTable] = ()
+    args: argparse.Namespace,
+    beam_args: Sequence[str],
+    *,
+    tables: Sequence[StagedTable] = (),
+    progress: ProgressMonitor | None = None,
 ) -> str:
     """Convert as the parsed `convert` options say; returns the output folder.
 
@@ -184,7 +204,7 @@ def run_conversion(
     """
     output, config, options, prepared = prepare_conversion(args, beam_args, tables=tables)
     try:
-        run_prepared(args, config, options, prepared)
+        run_prepared(args, config, options, prepared, progress=progress)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace))
         if refusal is not None:
@@ -195,17 +215,21 @@ def run_conversion(
     return output
 
 
-def run_prepared(args: argparse.Namespace, config, options, prepared) -> bool:
+def run_prepared(args: argparse.Namespace, config, options, prepared, *, progress=None) -> bool:
     """Run a prepared conversion, unless `--resume` finds the interrupted run had reached its
     commit (then the preparation finished it); returns whether a pipeline ran."""
     if args.resume and prepared.nothing_to_resume(config.run_key):
         return False
-    run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+    run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), progress=progress)
     return True
 
 
 def run_plan(
-    args: argparse.Namespace, beam_args: Sequence[str], *, tables: Sequence[StagedTable] = ()
+    args: argparse.Namespace,
+    beam_args: Sequence[str],
+    *,
+    tables: Sequence[StagedTable] = (),
+    progress: ProgressMonitor | None = None,
 ) -> dict:
     """The plan report of the parsed `plan` options (see `Plan`).
 
@@ -223,7 +247,9 @@ def run_plan(
         report_dir = tempfile.mkdtemp(prefix="recordforge-plan-")
     try:
         report_path = FileSystems.join(report_dir, "plan.json")
-        run_pipeline(options, lambda p: build_plan_pipeline(p, config, report_path))
+        run_pipeline(
+            options, lambda p: build_plan_pipeline(p, config, report_path), progress=progress
+        )
         return _read_json(report_path)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         refusal = refusal_in(error)  # an input that cannot be read to its end, say

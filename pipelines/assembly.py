@@ -8,6 +8,7 @@ from collections.abc import Callable
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import default_runner, uses_default_runner
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords, PlanDataset
 from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
@@ -33,12 +34,17 @@ def build_plan_pipeline(pipeline: beam.Pipeline, config: ConvertConfig, report_p
 
 
 def run_pipeline(
-    options: PipelineOptions, build: Callable[[beam.Pipeline], object], *, wait: bool = True
+    options: PipelineOptions,
+    build: Callable[[beam.Pipeline], object],
+    *,
+    wait: bool = True,
+    progress: ProgressMonitor | None = None,
 ) -> None:
     """Build and run a pipeline; FnApiRunner unless the options name a runner.
 
     With `wait` (the default) it returns when the pipeline has finished; without, as soon as the
-    runner has accepted it (FnApiRunner runs it to the end either way).
+    runner has accepted it (FnApiRunner runs it to the end either way). A `progress` monitor
+    shows the job's counters while it waits, and the final ones.
 
     Raises whatever the runner raises when the pipeline fails.
     """
@@ -49,11 +55,17 @@ def run_pipeline(
         result = pipeline.run()
         if not wait:
             return
+        if progress is not None:
+            progress.watch(result)
         try:
             result.wait_until_finish()
         except BaseException:
+            if progress is not None:
+                progress.abandon()
             # Stopped (a signal) or failed: a runner that runs the job elsewhere (a job
             # service, a Dask cluster) is told to stop it too.
             with contextlib.suppress(Exception):
                 result.cancel()
             raise
+        if progress is not None:
+            progress.finish(result)

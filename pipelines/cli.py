@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.pipelines import api
+from recordforge.pipelines import api, progress
 from recordforge.pipelines import options as cli_options
 from recordforge.pipelines import output as output_folder
 from recordforge.pipelines.assembly import build_pipeline, run_pipeline
@@ -214,6 +214,11 @@ def _configure_logging(level: int) -> None:
     logging.getLogger("apache_beam").setLevel(beam_level)
 
 
+def _progress_of(args: argparse.Namespace, phases=progress.CONVERT_PHASES):
+    """Bars on a terminal, status lines elsewhere (stderr), none with --quiet."""
+    return None if args.quiet else progress.monitor(phases=phases)
+
+
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     output, config, options, prepared = api.prepare_conversion(args, beam_args)
     staging = prepared.staging
@@ -224,7 +229,11 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
                 f"--resume: the interrupted run had reached its commit; finished it into {output}"
             )
         else:
-            run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config))
+            run_pipeline(
+                options,
+                lambda pipeline: build_pipeline(pipeline, config),
+                progress=_progress_of(args),
+            )
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -247,7 +256,7 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     output, config, inputs, options, prepared = prepare_reshard(args, beam_args)
     started = time.monotonic()
     try:
-        run_reshard(config, inputs, options)
+        run_reshard(config, inputs, options, progress=_progress_of(args, progress.RESHARD_PHASES))
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -420,7 +429,7 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     try:
-        report = api.run_plan(args, beam_args)
+        report = api.run_plan(args, beam_args, progress=_progress_of(args, progress.PLAN_PHASES))
     except api.REFUSED as failure:  # an input that cannot be read to its end, say
         print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED

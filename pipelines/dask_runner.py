@@ -15,6 +15,9 @@ computed. Reshuffle repartitions the bag (Beam's is a no-op) into --dask_npartit
 by default one per worker thread of the cluster, so the work after it spreads over the workers
 (more partitions only add dask tasks: every GroupByKey shuffles between all of them).
 
+Beam's keeps no metrics; here each bundle counts into a metrics container whose counters reach
+the launcher while the job runs (pipelines/dask_metrics.py), so `result.metrics()` works.
+
 Like Beam's, it runs batch pipelines in the global window only, which is all recordforge uses.
 The Beam internals it builds on come from recordforge.transforms.internals, which checks the
 Beam release.
@@ -32,13 +35,13 @@ from apache_beam import DoFn, pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.transforms.window import GlobalWindow
 
+from recordforge.pipelines.dask_metrics import BundleMetrics, DaskMetrics, TaskCounters, new_topic
 from recordforge.transforms.internals import (
     DASK_TRANSLATIONS,
     BeamDaskRunner,
     DaskFlatten,
     DaskOptions,
     DaskReshuffle,
-    DaskRunnerResult,
     DoFnContext,
     DoFnInvoker,
     DoFnSignature,
@@ -49,6 +52,9 @@ from recordforge.transforms.internals import (
     dask_bag_kwargs,
     dask_overrides,
     side_input_view,
+)
+from recordforge.transforms.internals import (
+    DaskRunnerResult as BeamDaskRunnerResult,
 )
 
 
@@ -87,8 +93,12 @@ def _windowed(value) -> WindowedValue:
     return WindowedValue(value, 0, (GlobalWindow(),))
 
 
-def _run_bundle(items, fn, label, args, kwargs, side_specs, *side_values):
-    """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs."""
+def _run_bundle(items, fn, label, args, kwargs, metrics, side_specs, *side_values):
+    """One dask partition as one Beam bundle; returns its outputs as (tag, value) pairs.
+
+    Its Beam metrics go to the launcher: `metrics` is (the run's event topic, the transform's
+    full label), see pipelines/dask_metrics.
+    """
     outputs = _Outputs()
     receivers = _TaggedReceivers(outputs)
     handler = OutputHandler(
@@ -114,13 +124,18 @@ def _run_bundle(items, fn, label, args, kwargs, side_specs, *side_values):
         user_state_context=None,
         bundle_finalizer_param=DoFn.BundleFinalizerParam(),
     )
-    invoker.invoke_setup()
-    invoker.invoke_start_bundle()
-    for item in items:
-        invoker.invoke_process(_windowed(item))
-    invoker.invoke_finish_bundle()
-    invoker.invoke_teardown()
+    with BundleMetrics(*metrics):
+        invoker.invoke_setup()
+        invoker.invoke_start_bundle()
+        for item in items:
+            invoker.invoke_process(_windowed(item))
+        invoker.invoke_finish_bundle()
+        invoker.invoke_teardown()
     return outputs.pairs
+
+
+def _concatenated(partitions: list[list]) -> list:
+    return [value for partition in partitions for value in partition]
 
 
 def _select(pairs, tag):
@@ -138,7 +153,8 @@ class _TaggedBag:
 
 
 class _DaskBagVisitor(PipelineVisitor):
-    def __init__(self, npartitions: int, bag_kwargs: dict) -> None:
+    def __init__(self, npartitions: int, bag_kwargs: dict, metrics_topic: str) -> None:
+        self._metrics_topic = metrics_topic
         self.bags: dict[AppliedPTransform, db.Bag | _TaggedBag] = collections.OrderedDict()
         self._consumed: set[AppliedPTransform] = set()
         self._npartitions = npartitions
@@ -181,14 +197,18 @@ class _DaskBagVisitor(PipelineVisitor):
         side_specs, side_values = [], []
         for side in node.side_inputs:
             side_specs.append(side_input_view(side))
-            # A whole-bag dependency, computed once and handed to every partition.
-            side_values.append(dask.delayed(list)(self._bag_of(side.pvalue)))
+            # A whole-bag dependency, computed once and handed to every partition: from the
+            # bag's partitions as they are (an optimized copy of its graph, which
+            # `delayed(list)(bag)` makes, would list and probe the inputs again per side input).
+            partitions = self._bag_of(side.pvalue).to_delayed(optimize_graph=False)
+            side_values.append(dask.delayed(_concatenated)(partitions))
         pairs = bag.map_partitions(
             _run_bundle,
             transform.fn,
             transform.label,
             tuple(args),
             kwargs,
+            (self._metrics_topic, node.full_label),
             side_specs,
             *side_values,
         )
@@ -208,9 +228,24 @@ class DaskRunner(BeamDaskRunner):
         client = ddist.Client(**dask_options)
         pipeline.replace_all(dask_overrides())
         npartitions = bag_kwargs.get("npartitions") or sum(client.nthreads().values()) or 1
-        visitor = _DaskBagVisitor(npartitions, bag_kwargs)
+        topic = new_topic()
+        counters = TaskCounters()
+        # Subscribed before the work is sent: the scheduler forwards every event of the run.
+        client.subscribe_topic(topic, counters.add)
+        visitor = _DaskBagVisitor(npartitions, bag_kwargs, topic)
         pipeline.visit(visitor)
         # Their results come back to this process: a pipeline's ends should be small (here, the
         # manifest).
         futures = client.compute(dask.optimize(*visitor.sinks()))
-        return DaskRunnerResult(client, futures)
+        return DaskRunnerResult(client, futures, counters)
+
+
+@dataclasses.dataclass
+class DaskRunnerResult(BeamDaskRunnerResult):
+    """Beam's result, with the run's metrics (Beam's raises NotImplementedError): the counters
+    of finished and running bundles, live while the run goes on."""
+
+    counters: TaskCounters = dataclasses.field(default_factory=TaskCounters)
+
+    def metrics(self) -> DaskMetrics:
+        return self.counters.results()

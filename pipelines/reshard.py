@@ -145,11 +145,19 @@ def reshard_run_options(config: ExamplesConfig) -> dict:
 
 
 def run_reshard(
-    config: ExamplesConfig, inputs: tuple[TFRecordInput, ...], options: PipelineOptions
+    config: ExamplesConfig,
+    inputs: tuple[TFRecordInput, ...],
+    options: PipelineOptions,
+    *,
+    progress=None,
 ) -> None:
     """Run the pipeline (a failed run leaves the output folder as it was; its working folder
-    is removed by the next run)."""
-    run_pipeline(options, lambda pipeline: build_reshard_pipeline(pipeline, config, inputs))
+    is removed by the next run); a `progress` monitor (pipelines/progress.py) shows it."""
+    run_pipeline(
+        options,
+        lambda pipeline: build_reshard_pipeline(pipeline, config, inputs),
+        progress=progress,
+    )
 
 
 def build_reshard_config(

@@ -48,6 +48,7 @@ PRIVATE_ATTRIBUTES = {
     "_extract_bag_kwargs",  # Beam's DaskOptions
     "_add_argparse_args",  # Beam's PipelineOptions subclasses
     "_all_options",  # Beam's PipelineOptions
+    "_metrics",  # Beam's PortableRunner result
 }
 # The text of runners' exceptions that only internals may match.
 RUNNER_TEXTS = ("Worker subprocess exited", "Channel closed prematurely", "[while running")

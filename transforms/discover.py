@@ -33,7 +33,7 @@ from recordforge.transforms.core.records import (
 )
 from recordforge.transforms.core.walk import FILE, FOLDER_LINK, HIDDEN, PROBLEM
 from recordforge.transforms.listing import list_entries
-from recordforge.transforms.progress import Progress
+from recordforge.transforms.progress import INPUTS_LISTED, Progress, counter
 from recordforge.transforms.remote_reads import OpenedCsv, open_csv
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
 
@@ -142,6 +142,7 @@ class _MatchFilesFn(beam.DoFn):
     def setup(self):
         # Real paths of the roots, resolved where the files are listed.
         self._owners = Owners(self._sources) if self._sources else None
+        self._listed = counter(INPUTS_LISTED)
 
     def process(self, source: Source):
         owners = self._owners or Owners((source,))
@@ -201,9 +202,11 @@ class _MatchFilesFn(beam.DoFn):
                 yield _listing_error(path, error)
                 continue
             if len(batch) == IMAGE_BATCH:
+                self._listed.inc(len(batch))
                 yield batch
                 batch = []
         if batch:
+            self._listed.inc(len(batch))
             yield batch
 
 
@@ -226,7 +229,11 @@ def _first_way(real_and_ways):
     for _, path, _, _ in others:
         yield _tagged(IGNORED, (skipped.DUPLICATES, path))
     _, _, kind, payload = first
-    yield _tagged(CSV_FILES, payload) if kind == "csv" else [payload]
+    if kind == "csv":
+        yield _tagged(CSV_FILES, payload)
+    else:
+        counter(INPUTS_LISTED).inc()
+        yield [payload]
 
 
 def _listing_error(path: str, error: InputError) -> beam.pvalue.TaggedOutput:
@@ -291,7 +298,7 @@ class _ReadCsvFn(beam.DoFn):
         self._feature_columns = csv_feature_columns(schema, roles)
 
     def setup(self):
-        self._progress = Progress("csv_rows_read", "read", "CSV rows")
+        self._progress = Progress("csv_rows_read", "read", "CSV rows", phase=INPUTS_LISTED)
         self._encoder = codec.ExampleEncoder((c.feature, c.dtype) for c in self._feature_columns)
 
     def process(self, source_and_path: tuple[Source, str]):

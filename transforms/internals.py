@@ -84,6 +84,10 @@ _BEAM_NAMES = {
     "DaskReshuffle": ("apache_beam.runners.dask.overrides", "_Reshuffle"),
     "DASK_TRANSLATIONS": ("apache_beam.runners.dask.transform_evaluator", "TRANSLATIONS"),
     "DaskFlatten": ("apache_beam.runners.dask.transform_evaluator", "Flatten"),
+    # pipelines/dask_metrics.py: a Dask bundle's counters land in a container the runner reads,
+    # found through the thread's state sampler as on Beam's own workers.
+    "StateSampler": ("apache_beam.runners.worker.statesampler", "StateSampler"),
+    "CounterFactory": ("apache_beam.utils.counters", "CounterFactory"),
 }
 
 
@@ -118,6 +122,14 @@ def side_input_view(side) -> tuple[type, object]:
     """What SideInputMap needs to rebuild a side input's view (AsList, AsDict, ...)."""
     _require_tested_beam()
     return type(side), side._view_options()
+
+
+def forget_cached_metrics(result) -> None:
+    """Make a PortableRunner result's next `metrics()` ask the job service again: it keeps its
+    first answer in the private `_metrics`, so polling would never see new figures."""
+    _require_tested_beam()
+    if hasattr(result, "_job_service") and hasattr(result, "_metrics"):
+        result._metrics = None
 
 
 def dask_bag_kwargs(dask_options: dict) -> dict:

@@ -18,7 +18,7 @@ from recordforge.transforms.core.images import probe_image
 from recordforge.transforms.core.local_files import open_hinted, open_regular
 from recordforge.transforms.core.paths import has_scheme
 from recordforge.transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
-from recordforge.transforms.progress import Progress
+from recordforge.transforms.progress import IMAGES_PROBED, Progress
 from recordforge.transforms.remote_reads import EncodedObjectError, open_for_small_reads
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
 
@@ -69,7 +69,7 @@ class _ProbeImageFn(beam.DoFn):
         self._allowed_roots = allowed_roots
 
     def setup(self):
-        self._progress = Progress("images_probed", "probed", "images")
+        self._progress = Progress(IMAGES_PROBED, "probed", "images")
         self._pool = None
 
     def teardown(self):
@@ -92,7 +92,7 @@ class _ProbeImageFn(beam.DoFn):
                 )
                 continue
             probed.append((packed, info))
-        self._progress.add(sum(1 for _, info in probed if info is not None))
+        self._progress.add(len(batch))
         if probed:
             yield probed
 

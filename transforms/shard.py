@@ -24,6 +24,7 @@ from recordforge.transforms.core.placement import (
     whole_shards_of,
 )
 from recordforge.transforms.core.sharding import ShardingConfig, SplitLayout
+from recordforge.transforms.progress import count_planned
 
 CUT = "cut"
 
@@ -54,6 +55,7 @@ class PlanShards(beam.PTransform):
             | "BucketTotals" >> beam.Map(plan_totals)
             | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
             | "Layouts" >> beam.Map(plan_layouts, self._config, self._splits)
+            | "CountPlanned" >> beam.Map(count_planned)
         )
         if not self._assign:  # planning only
             return {"layouts": layouts}

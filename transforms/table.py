@@ -42,7 +42,7 @@ from recordforge.transforms.discover import (
     receipt_of,
 )
 from recordforge.transforms.internals import in_global_window
-from recordforge.transforms.progress import Progress
+from recordforge.transforms.progress import INPUTS_LISTED, Progress
 from recordforge.transforms.remote_reads import open_csv
 from recordforge.transforms.shard import CUT, SettleCutBuckets, WholeShards
 from recordforge.transforms.spill import SpillWriter, unspilled
@@ -162,7 +162,7 @@ class _ReadTableFn(beam.DoFn):
         if self._collect_labels:
             self._progress = Progress("csv_label_rows_read", "read labels of", "CSV rows")
         else:
-            self._progress = Progress("csv_rows_read", "read", "CSV rows")
+            self._progress = Progress("csv_rows_read", "read", "CSV rows", phase=INPUTS_LISTED)
 
     def process(self, file: tuple, label_map: LabelMap | None = None):
         source, path = file[:2]

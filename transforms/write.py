@@ -64,7 +64,7 @@ from recordforge.transforms.core.records import (
 )
 from recordforge.transforms.core.sharding import SplitLayout
 from recordforge.transforms.core.tfrecord import framing_of
-from recordforge.transforms.progress import LOGGER
+from recordforge.transforms.progress import BYTES_WRITTEN, LOGGER, RECORDS_WRITTEN, counter
 from recordforge.transforms.remote_reads import object_version, open_file
 from recordforge.transforms.spill import unspilled
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
@@ -155,6 +155,8 @@ class _WriteShardFn(beam.DoFn):
     def setup(self):
         self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="recordforge-read")
         self._staged = StagedParts(self._parts) if self._resume else None
+        self._records_written = counter(RECORDS_WRITTEN)
+        self._bytes_written = counter(BYTES_WRITTEN)
 
     def teardown(self):
         self._pool.shutdown(wait=True)
@@ -180,6 +182,8 @@ class _WriteShardFn(beam.DoFn):
             kept = self._staged.find(final_name, split, index, num_shards, fingerprint)
             if kept is not None:
                 LOGGER.info("kept %s: staged by an earlier run", final_name)
+                self._records_written.inc(len(records))
+                self._bytes_written.inc(pc.sum(records.column("size")).as_py() or 0)
                 yield _result_of(kept, self._parts)
                 return
         try:
@@ -217,10 +221,14 @@ class _WriteShardFn(beam.DoFn):
             if records.column("payload_path").null_count == len(records):
                 # Every record is complete already (tables): framed in bulk.
                 count = _write_complete(records, order, stream, labels, index_out)
+                self._records_written.inc(count)
+                self._bytes_written.inc(pc.sum(records.column("size")).as_py() or 0)
                 refs = []
             else:
                 refs = refs_of(in_order(records, order))
+            progress = _WriteProgress(self._records_written, self._bytes_written)
             for ref, fetch in _read_ahead(refs, self._pool, self._checks):
+                progress.add(ref.size)
                 try:
                     pieces = _materialize(ref, fetch)
                 except InputError as error:
@@ -242,6 +250,7 @@ class _WriteShardFn(beam.DoFn):
                 count += 1
                 if ref.label is not None:
                     labels[ref.label] += 1
+            progress.flush()
             if stream is not sink:
                 stream.close()  # writes the gzip trailer; the files are closed by the stack
         part = PartRecord(
@@ -268,6 +277,29 @@ class _WriteShardFn(beam.DoFn):
         )
         LOGGER.info("wrote %s: %s records, %s bytes", final_name, f"{count:,}", f"{sink.size:,}")
         yield _result_of(part, self._parts)
+
+
+class _WriteProgress:
+    """Records written (or quarantined) and their planned bytes, into the progress counters
+    every few hundred records: often enough for a bar, rarely enough to cost nothing."""
+
+    _EVERY = 256
+
+    def __init__(self, records, num_bytes) -> None:
+        self._records, self._bytes = records, num_bytes
+        self._pending_records = self._pending_bytes = 0
+
+    def add(self, size: int) -> None:
+        self._pending_records += 1
+        self._pending_bytes += size
+        if self._pending_records >= self._EVERY:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pending_records:
+            self._records.inc(self._pending_records)
+            self._bytes.inc(self._pending_bytes)
+            self._pending_records = self._pending_bytes = 0
 
 
 def _result_of(part: PartRecord, parts: str) -> ShardResult:

@@ -1,0 +1,141 @@
+"""Beam metrics for the Dask runner: counted in each bundle, sent to the launcher as events.
+
+Beam's DaskRunner keeps no metrics (its result's `metrics()` raises NotImplementedError), and
+a DoFn's `Metrics.counter(...).inc()` goes nowhere outside a metrics container. Here each
+bundle (a dask task) counts into its own container and sends its running totals, every second
+while it runs and once when it ends, as a dask event (`Worker.log_event`) on a topic of its
+run; the launcher's client subscribes to the topic and keeps the latest totals of each
+(task, transform): one dask task may run several fused bundles, and a task that dask runs again
+sends under the same key, so a retry replaces the totals, never adds.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from apache_beam.metrics.execution import MetricKey, MetricResult, MetricsContainer
+from apache_beam.metrics.metric import MetricResults
+from apache_beam.metrics.metricbase import MetricName
+
+from recordforge.transforms.internals import CounterFactory, StateSampler
+
+_PUBLISH_SECONDS = 1.0
+
+
+def new_topic() -> str:
+    """A topic of its own for one run: runs sharing a cluster do not mix their counts."""
+    return f"recordforge-metrics-{uuid.uuid4().hex}"
+
+
+class BundleMetrics:
+    """While active, the Beam counters of the bundle running in this thread go to `topic`."""
+
+    def __init__(self, topic: str | None, step: str) -> None:
+        self._topic = topic
+        self._step = step
+        self.container = MetricsContainer(step)
+        self._worker = self._task = None
+        if topic is not None:
+            import distributed
+
+            try:
+                self._worker = distributed.get_worker()
+                self._task = str(self._worker.get_current_task())
+            except ValueError:  # not on a dask worker (dask's local schedulers)
+                self._worker = None
+        self._stop = threading.Event()
+        self._sent: list | None = None
+
+    def __enter__(self) -> BundleMetrics:
+        # Beam finds a DoFn's metrics container through the thread's state sampler.
+        self._sampler = StateSampler(self._step, CounterFactory())
+        self._sampler.start()
+        self._state = self._sampler.scoped_state(
+            self._step, "process", metrics_container=self.container
+        )
+        self._state.__enter__()
+        if self._worker is not None:
+            self._publisher = threading.Thread(
+                target=self._publish_every_second, name="recordforge-metrics", daemon=True
+            )
+            self._publisher.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            self._publisher.join()
+        self._state.__exit__(*exc_info)
+        self._sampler.stop()
+        if exc_info[0] is None:
+            self._publish()
+
+    def _publish_every_second(self) -> None:
+        while not self._stop.wait(_PUBLISH_SECONDS):
+            try:
+                self._publish()
+            except RuntimeError:  # the DoFn added a counter meanwhile: next second
+                continue
+
+    def _publish(self) -> None:
+        if self._worker is None:
+            return
+        counters = sorted(
+            [key.metric.namespace, key.metric.name, value]
+            for key, value in self.container.get_cumulative().counters.items()
+        )
+        if counters and counters != self._sent:
+            self._sent = counters
+            self._worker.log_event(
+                self._topic, {"task": self._task, "step": self._step, "counters": counters}
+            )
+
+
+class TaskCounters:
+    """The launcher's side: each task's latest counters from the run's events."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tasks: dict[tuple[str, str], tuple[float, list]] = {}
+
+    def add(self, event) -> None:
+        """A dask event (timestamp, message), as `Client.subscribe_topic` hands them over."""
+        timestamp, message = event
+        key = (message["task"], message["step"])
+        with self._lock:
+            known = self._tasks.get(key)
+            if known is None or known[0] <= timestamp:
+                self._tasks[key] = (timestamp, message["counters"])
+
+    def results(self) -> DaskMetrics:
+        totals: dict[MetricKey, int] = {}
+        with self._lock:
+            latest = list(self._tasks.items())
+        for (_, step), (_, counters) in latest:
+            for namespace, name, value in counters:
+                key = MetricKey(step, MetricName(namespace, name))
+                totals[key] = totals.get(key, 0) + value
+        return DaskMetrics(totals)
+
+
+class DaskMetrics(MetricResults):
+    """Counters summed over tasks; others (distributions, gauges) are not collected."""
+
+    def __init__(self, counters: dict[MetricKey, int]) -> None:
+        self._counters = counters
+
+    def query(self, filter=None):
+        counters = [
+            MetricResult(key, value, value)
+            for key, value in self._counters.items()
+            if self.matches(filter, key)
+        ]
+        return {
+            self.COUNTERS: counters,
+            self.DISTRIBUTIONS: [],
+            self.GAUGES: [],
+            self.STRINGSETS: [],
+            self.BOUNDED_TRIES: [],
+            self.HISTOGRAMS: [],
+        }
