@@ -51,6 +51,7 @@ from recordforge.transforms.core.parts import (
     source_files,
 )
 from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.preprocess import Preprocessing, preprocess, stored_record
 from recordforge.transforms.core.records import (
     STAGE_WRITE,
     ErrorFileResult,
@@ -63,7 +64,7 @@ from recordforge.transforms.core.records import (
     sort_order,
 )
 from recordforge.transforms.core.sharding import SplitLayout
-from recordforge.transforms.core.tfrecord import framing_of
+from recordforge.transforms.core.tfrecord import FRAMING_BYTES, framing_of
 from recordforge.transforms.progress import LOGGER
 from recordforge.transforms.remote_reads import object_version, open_file
 from recordforge.transforms.spill import unspilled
@@ -222,7 +223,7 @@ class _WriteShardFn(beam.DoFn):
                 refs = refs_of(in_order(records, order))
             for ref, fetch in _read_ahead(refs, self._pool, self._checks):
                 try:
-                    pieces = _materialize(ref, fetch)
+                    pieces = _materialize(ref, fetch, self._checks)
                 except InputError as error:
                     record_error = ErrorRecord(
                         ref.path, ref.row, STAGE_WRITE, error.kind, error.message
@@ -231,7 +232,8 @@ class _WriteShardFn(beam.DoFn):
                     continue
                 header, footer = framing_of(pieces)
                 framed_size = len(header) + sum(len(piece) for piece in pieces) + len(footer)
-                if framed_size != ref.size:
+                # A preprocessed image's size is known only now: the plan had an estimate.
+                if framed_size != ref.size and not self._checks.preprocessing.active:
                     raise RuntimeError(
                         f"record of {ref.path} is {framed_size} bytes, planned {ref.size}"
                     )
@@ -457,11 +459,13 @@ class ImageChecks(NamedTuple):
             (transforms.core.image_integrity).
         max_pixels: the decompression-bomb limit of that decode.
         allowed_roots: where files may be opened (transforms.core.confine); empty: anywhere.
+        preprocessing: what is done to each image before it is stored (resize, re-encode).
     """
 
     pixels: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
     allowed_roots: tuple[str, ...] = ()
+    preprocessing: Preprocessing = Preprocessing()
 
 
 _STRUCTURE_ONLY = ImageChecks()
@@ -474,20 +478,25 @@ def _read_ahead(
 
     Object-store reads start ahead, in threads, to hide each read's latency. Local files are
     opened ahead and read when their turn comes, in this thread: handing each file to a thread
-    and back costs more CPU than reading it from the page cache (~50 µs an image).
+    and back costs more CPU than reading it from the page cache (~50 µs an image). Images to
+    preprocess go to the threads too: Pillow releases the GIL while it decodes, resizes and
+    encodes, so a writer uses more than one core.
     """
+    preprocess_in_pool = checks.preprocessing.active
     pending: collections.deque = collections.deque()
     in_flight = 0
     for ref in refs:
         if not ref.payload_path:
             fetch = None
-        elif not has_scheme(ref.payload_path):
+        elif not has_scheme(ref.payload_path) and not preprocess_in_pool:
             opened = None
             if not checks.allowed_roots or is_within(
                 real_path(ref.payload_path), checks.allowed_roots
             ):
                 opened = open_hinted(ref.payload_path)
             fetch = functools.partial(read_payload, ref, opened, checks)
+        elif preprocess_in_pool:
+            fetch = pool.submit(read_stored, ref, checks).result
         else:
             fetch = pool.submit(read_payload, ref, None, checks).result
         pending.append((ref, fetch))
@@ -540,6 +549,15 @@ def read_payload(
     return data
 
 
+def read_stored(ref: RecordRef, checks: ImageChecks) -> tuple[bytes, bytes, bytes]:
+    """The record of `ref` in pieces, its image file read, checked and preprocessed
+    (`checks.preprocessing`), the Example's image facts those of the stored image."""
+    data = read_payload(ref, None, checks)
+    stored = preprocess(data, checks.preprocessing, max_pixels=checks.max_pixels)
+    planned_size = ref.size - FRAMING_BYTES - len(ref.example)
+    return stored_record(ref.example, ref.payload_offset, planned_size, stored)
+
+
 def _version(stream, path: str) -> int:
     """The file's ImageInfo.version: a local file's modification time, a gs:// object's
     generation, -1 when unknown."""
@@ -551,10 +569,14 @@ def _version(stream, path: str) -> int:
         return -1
 
 
-def _materialize(ref: RecordRef, fetch: Callable[[], bytes] | None) -> tuple[bytes, ...]:
+def _materialize(
+    ref: RecordRef, fetch: Callable[[], bytes] | None, checks: ImageChecks = _STRUCTURE_ONLY
+) -> tuple[bytes, ...]:
     """The final record in pieces: the planned Example, with the image file's bytes put in."""
     if fetch is None:
         return (ref.example,)
+    if checks.preprocessing.active:
+        return fetch()  # read_stored's pieces
     cut = ref.payload_offset
     return (ref.example[:cut], fetch(), ref.example[cut:])
 
