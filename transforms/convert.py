@@ -369,7 +369,10 @@ class ConvertToTFRecords(beam.PTransform):
             tfds=config.tfds,
             configured_splits=config.configured_splits,
             declared=declare_features(
-                has_images=config.has_images, schema=config.csv_schema, roles=config.roles
+                has_images=config.has_images,
+                schema=config.csv_schema,
+                roles=config.roles,
+                preprocessed=config.preprocessing.active,
             ),
             max_error_rate=config.max_error_rate,
             plan_config=config.sharding.to_dict(),
