@@ -293,3 +293,16 @@ def test_the_python_api_takes_the_options_as_keywords(photos, tmp_path):
     ]
     with pytest.raises(UsageError, match="--resize takes WxH"):
         recordforge.convert(photos, tmp_path / "bad", resize="big")
+
+
+def test_shards_stay_balanced_and_counted_when_sizes_are_only_estimated(many_images, tmp_path):
+    out = tmp_path / "out"
+    _convert(many_images, "-o", out, "--resize", "48x48", "--num-shards", "4")
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    shards = manifest["splits"]["train"]["shards"]
+    assert len(shards) == 4 and sum(s["num_records"] for s in shards) == 240
+    assert manifest["num_records"] == 240
+    for shard in shards:  # the sizes recorded are those written, not the plan's estimates
+        assert (out / shard["file"]).stat().st_size == shard["num_bytes"] > 0
+    mean = sum(s["num_bytes"] for s in shards) / 4
+    assert max(s["num_bytes"] for s in shards) <= 1.25 * mean
