@@ -198,6 +198,7 @@ def test_resize_wxh_batches_with_tensorflow_and_the_manifest_says_what_was_done(
         "channels": 3,
         "exif_orientation": "applied",
         "filter": "lanczos",
+        "jpeg_decode": "DCT-scaled to at least twice the stored size",
         "pillow": Image.__version__,
     }
     # The features describe the stored image: the decoder agrees with them.
@@ -306,3 +307,20 @@ def test_shards_stay_balanced_and_counted_when_sizes_are_only_estimated(many_ima
         assert (out / shard["file"]).stat().st_size == shard["num_bytes"] > 0
     mean = sum(s["num_bytes"] for s in shards) / 4
     assert max(s["num_bytes"] for s in shards) <= 1.25 * mean
+
+
+def test_a_large_jpeg_decoded_at_reduced_scale_looks_like_the_full_decode():
+    source = _image(size=(1600, 1200), quality=95)
+    stored = Image.open(io.BytesIO(preprocess(source, Preprocessing(size=(100, 75)))))
+    full = Image.open(io.BytesIO(source)).convert("RGB")
+    reference = full.resize((100, 75), Image.Resampling.LANCZOS)
+    difference = [abs(a - b) for a, b in zip(stored.tobytes(), reference.tobytes(), strict=True)]
+    assert stored.size == (100, 75)
+    assert sum(difference) / len(difference) < 3  # JPEG noise, not another picture
+
+
+def test_exif_rotation_with_a_shorter_side_gives_the_rotated_size():
+    exif = Image.Exif()
+    exif[0x0112] = 8
+    source = _image(size=(1200, 600), exif=exif.tobytes())
+    assert _facts(preprocess(source, Preprocessing(shorter_side=50))) == ("jpeg", 50, 100, 3)
