@@ -15,6 +15,7 @@ import gzip
 import io
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -75,6 +76,8 @@ ERRORS = "errors"
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
 _FRAMES_PER_WRITE = 4096
+# Images decoded at once in a worker process (--resize/--encode), whatever its threads and DoFns.
+_DECODE_SLOTS = threading.BoundedSemaphore(max(1, min(_READ_THREADS, os.cpu_count() or 1)))
 _CHECK_CHUNK = 8 << 20
 
 
@@ -553,7 +556,8 @@ def read_stored(ref: RecordRef, checks: ImageChecks) -> tuple[bytes, bytes, byte
     """The record of `ref` in pieces, its image file read, checked and preprocessed
     (`checks.preprocessing`), the Example's image facts those of the stored image."""
     data = read_payload(ref, None, checks)
-    stored = preprocess(data, checks.preprocessing, max_pixels=checks.max_pixels)
+    with _DECODE_SLOTS:  # decoded images are large: as many at once as there are cores
+        stored = preprocess(data, checks.preprocessing, max_pixels=checks.max_pixels)
     planned_size = ref.size - FRAMING_BYTES - len(ref.example)
     return stored_record(ref.example, ref.payload_offset, planned_size, stored)
 
