@@ -245,7 +245,7 @@ def table(results: dict) -> str:
         f"{machine.get('load_average_after', [0])[0]:.2f} after",
     ]
     header = (
-        f"  {'method':<30}{'records/s':>25}{'MB/s':>21}{'peak RSS MB':>22}"
+        f"  {'method':<44}{'records/s':>25}{'MB/s':>21}{'peak RSS MB':>22}"
         f"{'wall s':>9}{'start s':>8}{'cpu s':>8}{'x tutor':>8}{'x raw':>7}"
     )
     for name, case in results["cases"].items():
@@ -254,7 +254,7 @@ def table(results: dict) -> str:
             summary = entry["summary"]
             label = entry["label"] + ("" if summary["complete"] else "  FAILED")
             lines.append(
-                f"  {label:<30}{_span(summary['records_per_s']):>25}"
+                f"  {label:<44}{_span(summary['records_per_s']):>25}"
                 f"{_span(summary['mb_per_s'], 1):>21}{_span(summary['peak_rss_mb']):>22}"
                 f"{_num(_med(summary, 'wall_s'), 1):>9}{_num(_med(summary, 'startup_s'), 1):>8}"
                 f"{_num(_med(summary, 'cpu_s'), 1):>8}"

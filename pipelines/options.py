@@ -15,6 +15,12 @@ from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.labels import LABEL_MODES, STRAY_FILE_MODES
 from recordforge.transforms.core.naming import COMPRESSIONS
+from recordforge.transforms.core.preprocess import (
+    DEFAULT_QUALITY,
+    ENCODINGS,
+    RESIZE_MODES,
+    Preprocessing,
+)
 from recordforge.transforms.core.records import CsvRoles, Source
 from recordforge.transforms.core.sharding import MIB, ShardingConfig
 
@@ -97,6 +103,7 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
         help="reject images with more pixels as decompression bombs (default: Pillow's "
         f"limit, {DEFAULT_MAX_PIXELS:,})",
     )
+    add_preprocessing_options(parser)
     add_split_options(parser, column=True)
     add_sharding_options(parser)
     add_error_rate_option(parser)
@@ -119,6 +126,94 @@ def set_keyword_options(
             value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
         setattr(args, key, value)
     return args
+
+
+def add_preprocessing_options(parser: argparse.ArgumentParser) -> None:
+    """--resize, --resize-mode, --encode, --quality, --channels: opt-in pixel work."""
+    images = parser.add_argument_group(
+        "image preprocessing (opt-in; without these options image files are stored as they are)"
+    )
+    images.add_argument(
+        "--resize",
+        metavar="WxH|N",
+        help="WxH: exactly W by H pixels, center-cropped to that aspect first (see "
+        "--resize-mode); N: the shorter side N pixels, the aspect kept. EXIF orientation is "
+        "applied first",
+    )
+    images.add_argument(
+        "--resize-mode",
+        choices=RESIZE_MODES,
+        help="with --resize WxH: 'crop' (the default) center-crops to the aspect, 'pad' fits "
+        "the whole image and pads it with black",
+    )
+    images.add_argument(
+        "--encode",
+        choices=ENCODINGS,
+        help="store images in this format (default with --resize/--channels: the source's "
+        "format for JPEG, PNG and WebP, PNG for GIF and BMP)",
+    )
+    images.add_argument(
+        "--quality",
+        help=f"JPEG/WebP quality, 1-100 (default: {DEFAULT_QUALITY['jpeg']} for JPEG, "
+        f"{DEFAULT_QUALITY['webp']} for WebP)",
+    )
+    images.add_argument(
+        "--channels",
+        choices=("1", "3"),
+        help="store grey (1) or RGB (3) images (default: as the source, alpha kept where "
+        "the format holds it)",
+    )
+
+
+def preprocessing_config(args: argparse.Namespace) -> Preprocessing:
+    """The --resize/--encode/--quality/--channels options, checked.
+
+    Raises:
+        UsageError: a malformed or contradictory value.
+    """
+    size = shorter_side = None
+    resize = getattr(args, "resize", None)
+    if resize is not None:
+        text = str(resize).strip().lower()
+        width, x, height = text.partition("x")
+        if x and width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0:
+            size = (int(width), int(height))
+        elif not x and text.isdigit() and int(text) > 0:
+            shorter_side = int(text)
+        else:
+            raise UsageError(
+                f"--resize takes WxH (e.g. 224x224) or N (the shorter side), got {resize!r}"
+            )
+        longest = size or (shorter_side, shorter_side)
+        if longest[0] * longest[1] > args.max_image_pixels:
+            raise UsageError(
+                f"--resize {resize} makes images larger than --max-image-pixels "
+                f"({args.max_image_pixels:,} pixels)"
+            )
+    mode = getattr(args, "resize_mode", None)
+    if mode is not None and size is None:
+        raise UsageError("--resize-mode applies to --resize WxH (an exact size)")
+    quality = getattr(args, "quality", None)
+    encode = getattr(args, "encode", None)
+    channels = getattr(args, "channels", None)
+    if quality is not None:
+        if not str(quality).strip().isdigit() or not 1 <= int(quality) <= 100:
+            raise UsageError(f"--quality must be a whole number from 1 to 100, got {quality!r}")
+        quality = int(quality)
+        if encode == "png":
+            raise UsageError("--quality applies to JPEG and WebP; PNG is lossless")
+        if encode is None and size is None and shorter_side is None and channels is None:
+            raise UsageError("--quality needs --encode jpeg|webp (or --resize)")
+    if encode == "webp" and channels is not None and int(channels) == 1:
+        raise UsageError("--channels 1 cannot be stored as WebP (it holds colour only)")
+    return Preprocessing(
+        size=size,
+        shorter_side=shorter_side,
+        mode=mode or "crop",
+        encode=encode,
+        quality=quality,
+        channels=None if channels is None else int(channels),
+    )
 
 
 def add_split_options(
@@ -287,6 +382,7 @@ def build_config(
         )
     if args.delimiter is not None:
         args.delimiter = checked_delimiter(args.delimiter)
+    preprocessing = preprocessing_config(args)
     if args.split_column and args.splits:
         raise UsageError("--splits and --split-column exclude each other")
     splits = preflight.parse_splits(args.splits) if args.splits else (("train", 1.0),)
@@ -326,6 +422,11 @@ def build_config(
         ):
             if value:
                 raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
+    if preprocessing.active and kind == "csv" and not args.image_column:
+        raise UsageError(
+            "--resize, --encode, --quality and --channels apply to images, and the CSV names "
+            "none (--image-column)"
+        )
     name, compression, write_index, tfds = output_settings(args, output)
     # A staged table is not a file of the user's; the images its rows name are confined.
     allowed_roots = preflight.resolve_allowed_roots(
@@ -357,6 +458,7 @@ def build_config(
         max_error_rate=args.max_error_rate,
         max_image_pixels=args.max_image_pixels,
         check_pixels=args.check_pixels,
+        preprocessing=preprocessing,
         follow_symlinks=args.follow_symlinks,
         allowed_roots=allowed_roots,
         stray_files=args.stray_files,
@@ -377,6 +479,8 @@ def build_config(
             "tfds": tfds,
             "sharding": sharding.to_dict(),
             **({"source_splits": named.by_source} if named.splits else {}),
+            # Only when asked for: a manifest made without it is unchanged.
+            **({"preprocessing": preprocessing.to_dict()} if preprocessing.active else {}),
             **{key: value for key, value in chosen.items() if value},
         },
     )

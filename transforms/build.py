@@ -21,8 +21,10 @@ from recordforge.transforms.core.image_records import (
     record_label,
     source_of,
 )
+from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.keys import SplitChooser, order_key
 from recordforge.transforms.core.labels import LabelMap, LabelTally, resolve_labels
+from recordforge.transforms.core.preprocess import NO_PREPROCESSING, Preprocessing
 from recordforge.transforms.core.records import (
     STAGE_RECORD,
     Candidate,
@@ -89,18 +91,30 @@ class BuildRecords(beam.PTransform):
     """
 
     def __init__(
-        self, label_map, *, splits, salt: str, csv_keys=(), with_examples: bool = True
+        self,
+        label_map,
+        *,
+        splits,
+        salt: str,
+        csv_keys=(),
+        with_examples: bool = True,
+        preprocessing: Preprocessing = NO_PREPROCESSING,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
         super().__init__()
         self._label_map = label_map
-        self._splits = splits
-        self._salt = salt
-        self._csv_keys = tuple(csv_keys)
-        self._with_examples = with_examples
+        self._args = (
+            tuple(splits),
+            salt,
+            tuple(csv_keys),
+            with_examples,
+            preprocessing,
+            max_pixels,
+        )
 
     def expand(self, probed):
         return probed | "BuildRecord" >> beam.ParDo(
-            _BuildRecordFn(self._splits, self._salt, self._csv_keys, self._with_examples),
+            _BuildRecordFn(*self._args),
             beam.pvalue.AsSingleton(self._label_map),
         ).with_outputs(ERRORS, TALLY, main="records")
 
@@ -114,11 +128,22 @@ class RecordBuilder:
         csv_keys: the CSV feature columns that `Candidate.feature_counts` counts.
         with_examples: False when only planning: records of image files then carry their
             exact size but no serialized Example (see build_record).
+        preprocessing: what the writer will do to each image; the records then describe the
+            stored image as predicted (transforms.core.preprocess), sized by an estimate.
+        max_pixels: the pixel limit, which a resized image must also keep.
     """
 
     def __init__(
-        self, splits, salt: str, csv_keys: tuple[str, ...], with_examples: bool = True
+        self,
+        splits,
+        salt: str,
+        csv_keys: tuple[str, ...],
+        with_examples: bool = True,
+        preprocessing: Preprocessing = NO_PREPROCESSING,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
     ) -> None:
+        self._preprocessing = preprocessing if preprocessing.active else None
+        self._max_pixels = max_pixels
         self._chooser = SplitChooser(tuple(splits), salt)
         self._salt = salt
         self._csv_keys = tuple(csv_keys)
@@ -134,6 +159,8 @@ class RecordBuilder:
     ) -> RecordRef | ErrorRecord:
         """The candidate's record, or its error record when it cannot become one."""
         try:
+            if image is not None and self._preprocessing is not None:
+                image = stored_image(image, self._preprocessing, self._max_pixels)
             ref, counts = build_record(
                 candidate,
                 image,
@@ -161,7 +188,11 @@ class RecordBuilder:
             (Candidate._make(packed), None if image is None else ImageInfo._make(image))
             for packed, image in batch
         ]
-        if not self._with_examples and all(plannable_in_bulk(*row) for row in rows):
+        if (
+            not self._with_examples
+            and self._preprocessing is None
+            and all(plannable_in_bulk(*row) for row in rows)
+        ):
             # Planning image files: the whole batch sized at once, the same records.
             records, errors, shapes = plan_image_records(
                 rows, label_map, self._chooser, self._salt, self._csv_keys
@@ -193,8 +224,8 @@ class RecordBuilder:
 
 
 class _BuildRecordFn(beam.DoFn):
-    def __init__(self, splits, salt: str, csv_keys: tuple[str, ...], with_examples: bool) -> None:
-        self._args = (tuple(splits), salt, csv_keys, with_examples)
+    def __init__(self, *args) -> None:
+        self._args = args  # RecordBuilder's
 
     def setup(self):
         self._builder = RecordBuilder(*self._args)
@@ -278,7 +309,7 @@ def build_record(
         size=size,
         example=data,
         payload_path=candidate.image_path if image is not None else None,
-        payload_size=image.size if image is not None else 0,
+        payload_size=_source_size(image),
         path=candidate.path,
         row=candidate.row,
         label=label,
@@ -286,6 +317,26 @@ def build_record(
         payload_version=image.version if image is not None else -1,
     )
     return ref, tuple(counts)
+
+
+def stored_image(image: ImageInfo, preprocessing: Preprocessing, max_pixels: int) -> ImageInfo:
+    """The ImageInfo a record is planned with when the writer preprocesses its image: the stored
+    image's predicted facts, its size estimated, the source's size kept apart for the writer's
+    FileChanged check (`source_size`)."""
+    stored = preprocessing.stored_facts(
+        image.format, image.width, image.height, image.channels, max_pixels
+    )
+    estimate = preprocessing.estimated_size(
+        image.size, image.format, image.width * image.height, stored
+    )
+    return image._replace(
+        size=estimate,
+        format=stored[0],
+        width=stored[1],
+        height=stored[2],
+        channels=stored[3],
+        source_size=image.size,
+    )
 
 
 def _serialize_image_record(features: dict, image_size: int, encoders: dict | None):
@@ -297,3 +348,11 @@ def _serialize_image_record(features: dict, image_size: int, encoders: dict | No
         encoder = encoders[spec] = codec.ExampleEncoder(spec)
     serialized = encoder.encode([values for _, values in features.values()] + [(b"",)])
     return widen_empty_value(serialized, keys.IMAGE_ENCODED, image_size)
+
+
+def _source_size(image: ImageInfo | None) -> int:
+    """The size of the file the writer reads: the probed file's, also when the stored image is
+    another (preprocessing)."""
+    if image is None:
+        return 0
+    return image.size if image.source_size < 0 else image.source_size

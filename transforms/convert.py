@@ -20,6 +20,7 @@ from recordforge.transforms.core.consumed import CsvLedger
 from recordforge.transforms.core.declare import csv_feature_columns, declare_features
 from recordforge.transforms.core.errors import InputIncomplete
 from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.preprocess import Preprocessing
 from recordforge.transforms.core.records import CsvRoles, InputCounts, Source
 from recordforge.transforms.core.sharding import ShardingConfig
 from recordforge.transforms.core.statistics import ErrorSample
@@ -56,6 +57,8 @@ class ConvertConfig:
         max_error_rate: fail when more than this fraction of inputs fail (None: never).
         max_image_pixels: larger images are rejected as decompression bombs.
         check_pixels: the writer decodes every image in full (else it checks their structure).
+        preprocessing: what the writer does to every image before storing it (resize,
+            re-encode, channels); the default stores image files as they are.
         follow_symlinks: follow symbolic links to folders, also out of a source.
         allowed_roots: when not empty, the only folders (local or URL prefixes) files may be
             opened under, symbolic links resolved (transforms.core.confine).
@@ -90,6 +93,7 @@ class ConvertConfig:
     max_error_rate: float | None = None
     max_image_pixels: int = DEFAULT_MAX_PIXELS
     check_pixels: bool = False
+    preprocessing: Preprocessing = Preprocessing()
     follow_symlinks: bool = False
     allowed_roots: tuple[str, ...] = ()
     stray_files: str = "error"
@@ -208,6 +212,8 @@ class _Planned(beam.PTransform):
             csv_keys=[c.feature for c in csv_feature_columns(config.csv_schema, config.roles)],
             # Planning needs each record's size, not its bytes.
             with_examples=self._assign,
+            preprocessing=config.preprocessing,
+            max_pixels=config.max_image_pixels,
         )
         early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS]) | (
             "EarlyErrors" >> beam.Flatten()
@@ -345,7 +351,10 @@ class ConvertToTFRecords(beam.PTransform):
             run_key=config.run_key,
             resume=config.resume,
             image_checks=ImageChecks(
-                config.check_pixels, config.max_image_pixels, config.allowed_roots
+                config.check_pixels,
+                config.max_image_pixels,
+                config.allowed_roots,
+                config.preprocessing,
             ),
         )
         all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
@@ -360,7 +369,10 @@ class ConvertToTFRecords(beam.PTransform):
             tfds=config.tfds,
             configured_splits=config.configured_splits,
             declared=declare_features(
-                has_images=config.has_images, schema=config.csv_schema, roles=config.roles
+                has_images=config.has_images,
+                schema=config.csv_schema,
+                roles=config.roles,
+                preprocessed=config.preprocessing.active,
             ),
             max_error_rate=config.max_error_rate,
             plan_config=config.sharding.to_dict(),

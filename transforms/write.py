@@ -15,6 +15,7 @@ import gzip
 import io
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,7 @@ from recordforge.transforms.core.parts import (
     source_files,
 )
 from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.preprocess import Preprocessing, preprocess, stored_record
 from recordforge.transforms.core.records import (
     STAGE_WRITE,
     ErrorFileResult,
@@ -63,7 +65,7 @@ from recordforge.transforms.core.records import (
     sort_order,
 )
 from recordforge.transforms.core.sharding import SplitLayout
-from recordforge.transforms.core.tfrecord import framing_of
+from recordforge.transforms.core.tfrecord import FRAMING_BYTES, framing_of
 from recordforge.transforms.progress import BYTES_WRITTEN, LOGGER, RECORDS_WRITTEN, counter
 from recordforge.transforms.remote_reads import object_version, open_file
 from recordforge.transforms.spill import unspilled
@@ -74,6 +76,8 @@ ERRORS = "errors"
 _READ_THREADS = 8
 _READ_AHEAD_BYTES = 64 << 20
 _FRAMES_PER_WRITE = 4096
+# Images decoded at once in a worker process (--resize/--encode), whatever its threads and DoFns.
+_DECODE_SLOTS = threading.BoundedSemaphore(max(1, min(_READ_THREADS, os.cpu_count() or 1)))
 _CHECK_CHUNK = 8 << 20
 
 
@@ -230,7 +234,7 @@ class _WriteShardFn(beam.DoFn):
             for ref, fetch in _read_ahead(refs, self._pool, self._checks):
                 progress.add(ref.size)
                 try:
-                    pieces = _materialize(ref, fetch)
+                    pieces = _materialize(ref, fetch, self._checks)
                 except InputError as error:
                     record_error = ErrorRecord(
                         ref.path, ref.row, STAGE_WRITE, error.kind, error.message
@@ -239,7 +243,8 @@ class _WriteShardFn(beam.DoFn):
                     continue
                 header, footer = framing_of(pieces)
                 framed_size = len(header) + sum(len(piece) for piece in pieces) + len(footer)
-                if framed_size != ref.size:
+                # A preprocessed image's size is known only now: the plan had an estimate.
+                if framed_size != ref.size and not self._checks.preprocessing.active:
                     raise RuntimeError(
                         f"record of {ref.path} is {framed_size} bytes, planned {ref.size}"
                     )
@@ -489,11 +494,13 @@ class ImageChecks(NamedTuple):
             (transforms.core.image_integrity).
         max_pixels: the decompression-bomb limit of that decode.
         allowed_roots: where files may be opened (transforms.core.confine); empty: anywhere.
+        preprocessing: what is done to each image before it is stored (resize, re-encode).
     """
 
     pixels: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
     allowed_roots: tuple[str, ...] = ()
+    preprocessing: Preprocessing = Preprocessing()
 
 
 _STRUCTURE_ONLY = ImageChecks()
@@ -506,20 +513,25 @@ def _read_ahead(
 
     Object-store reads start ahead, in threads, to hide each read's latency. Local files are
     opened ahead and read when their turn comes, in this thread: handing each file to a thread
-    and back costs more CPU than reading it from the page cache (~50 µs an image).
+    and back costs more CPU than reading it from the page cache (~50 µs an image). Images to
+    preprocess go to the threads too: Pillow releases the GIL while it decodes, resizes and
+    encodes, so a writer uses more than one core.
     """
+    preprocess_in_pool = checks.preprocessing.active
     pending: collections.deque = collections.deque()
     in_flight = 0
     for ref in refs:
         if not ref.payload_path:
             fetch = None
-        elif not has_scheme(ref.payload_path):
+        elif not has_scheme(ref.payload_path) and not preprocess_in_pool:
             opened = None
             if not checks.allowed_roots or is_within(
                 real_path(ref.payload_path), checks.allowed_roots
             ):
                 opened = open_hinted(ref.payload_path)
             fetch = functools.partial(read_payload, ref, opened, checks)
+        elif preprocess_in_pool:
+            fetch = pool.submit(read_stored, ref, checks).result
         else:
             fetch = pool.submit(read_payload, ref, None, checks).result
         pending.append((ref, fetch))
@@ -572,6 +584,16 @@ def read_payload(
     return data
 
 
+def read_stored(ref: RecordRef, checks: ImageChecks) -> tuple[bytes, bytes, bytes]:
+    """The record of `ref` in pieces, its image file read, checked and preprocessed
+    (`checks.preprocessing`), the Example's image facts those of the stored image."""
+    data = read_payload(ref, None, checks)
+    with _DECODE_SLOTS:  # decoded images are large: as many at once as there are cores
+        stored = preprocess(data, checks.preprocessing, max_pixels=checks.max_pixels)
+    planned_size = ref.size - FRAMING_BYTES - len(ref.example)
+    return stored_record(ref.example, ref.payload_offset, planned_size, stored)
+
+
 def _version(stream, path: str) -> int:
     """The file's ImageInfo.version: a local file's modification time, a gs:// object's
     generation, -1 when unknown."""
@@ -583,10 +605,14 @@ def _version(stream, path: str) -> int:
         return -1
 
 
-def _materialize(ref: RecordRef, fetch: Callable[[], bytes] | None) -> tuple[bytes, ...]:
+def _materialize(
+    ref: RecordRef, fetch: Callable[[], bytes] | None, checks: ImageChecks = _STRUCTURE_ONLY
+) -> tuple[bytes, ...]:
     """The final record in pieces: the planned Example, with the image file's bytes put in."""
     if fetch is None:
         return (ref.example,)
+    if checks.preprocessing.active:
+        return fetch()  # read_stored's pieces
     cut = ref.payload_offset
     return (ref.example[:cut], fetch(), ref.example[cut:])
 

@@ -17,11 +17,21 @@ _IMAGE_FEATURES = (
 )
 
 
+_PREPROCESSED_IMAGE = DeclaredFeature(
+    keys.IMAGE_ENCODED,
+    "bytes",
+    description="the image re-encoded as the manifest's options.preprocessing says",
+)
+
+
 def declare_features(
-    *, has_images: bool, schema: CsvSchema | None, roles: CsvRoles
+    *, has_images: bool, schema: CsvSchema | None, roles: CsvRoles, preprocessed: bool = False
 ) -> tuple[DeclaredFeature, ...]:
-    """Every feature a run may write, in a stable order."""
+    """Every feature a run may write, in a stable order. `preprocessed`: the images are stored
+    resized or re-encoded, not as their files were."""
     declared = list(_IMAGE_FEATURES) if has_images else []
+    if declared and preprocessed:
+        declared[0] = _PREPROCESSED_IMAGE
     label_key, text_key = (
         (keys.IMAGE_LABEL, keys.IMAGE_LABEL_TEXT) if has_images else (keys.LABEL, keys.LABEL_TEXT)
     )

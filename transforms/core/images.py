@@ -171,6 +171,31 @@ def decode_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> 
     return _probe(source, max_pixels, decode=True)
 
 
+def open_image(
+    data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> tuple[ImageFacts, Image.Image]:
+    """Probes an image held in memory (see probe_image), then opens it for decoding.
+
+    The pixel count is checked from the header before anything is decoded, and Pillow's own
+    global limit is bypassed as for a probe. The image is opened lazily: decoding errors come
+    from the caller's first use of its pixels.
+
+    Returns:
+        (its facts, the Pillow image).
+
+    Raises:
+        InputError: as for probe_image.
+    """
+    facts = probe_image_bytes(data, max_pixels=max_pixels)
+    try:
+        if facts.format == "webp":
+            return facts, WebPImagePlugin.WebPImageFile(io.BytesIO(data))
+        return facts, _PILLOW_FACTORIES[facts.format](io.BytesIO(data))
+    except _PILLOW_ERRORS as error:
+        source = Source(_GuardedStream(io.BytesIO(data)), len(data), data)
+        raise _damaged(source, facts.format, error) from error
+
+
 class _StreamError(Exception):
     """Carries an exception raised by the caller's stream past our handlers for bad image data.
 

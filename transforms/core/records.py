@@ -104,6 +104,9 @@ class ImageInfo(NamedTuple):
     height: int
     channels: int
     version: int = -1
+    # When the writer preprocesses the image: the facts above are the stored image's (its size
+    # an estimate), this the file's own size; -1 otherwise.
+    source_size: int = -1
 
 
 class RecordRef(NamedTuple):
