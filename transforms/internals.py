@@ -30,6 +30,8 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
+import threading
 from collections.abc import Iterator
 
 from recordforge.transforms.core.errors import UsageError
@@ -113,9 +115,208 @@ def in_global_window(value):
     return __getattr__("WindowedValue")(value, __getattr__("MIN_TIMESTAMP"), [GlobalWindow()])
 
 
-def fn_api_runner():
-    """Beam's FnApiRunner: local, in-process or multi-process."""
-    return __getattr__("FnApiRunner")()
+def fn_api_runner(progress_seconds: float | None = None):
+    """Beam's FnApiRunner: local, in-process or multi-process.
+
+    With `progress_seconds`, one whose `metrics()` also answers while `run()` runs the job
+    (Beam's answers only from the result `run()` returns): the bundles finished so far and
+    the running ones' figures, asked of the workers every `progress_seconds`.
+    """
+    if progress_seconds is None:
+        return __getattr__("FnApiRunner")()
+    return _live_fn_api_runner_class()(progress_seconds)
+
+
+class _RunningBundles:
+    """The MonitoringInfos of a FnApiRunner run so far: each stage's finished bundles, and the
+    latest progress of the bundles running now (all of one stage: FnApiRunner executes one
+    stage's bundle, or its parallel parts, at a time).
+
+    A running bundle's figures are dropped when its stage's bundle finishes and its final
+    figures are added: a report that arrives for a bundle already ended is ignored, so nothing
+    is counted twice.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._finished: dict[str, list] = {}  # stage -> consolidated MonitoringInfos
+        self._stage: str | None = None
+        self._running: dict[str, list] = {}  # bundle (instruction id) -> its latest figures
+        self._ended: set[str] = set()
+
+    def start(self, stage: str) -> None:
+        with self._lock:
+            self._stage = stage
+
+    def progress(self, instruction_id: str, infos) -> None:
+        if not infos:  # not started yet, or already gone: nothing to show
+            return
+        with self._lock:
+            if instruction_id not in self._ended:
+                self._running[instruction_id] = list(infos)
+
+    def ended(self, instruction_id: str) -> None:
+        with self._lock:
+            self._ended.add(instruction_id)
+
+    def finished(self, stage: str, infos) -> None:
+        from apache_beam.metrics.monitoring_infos import consolidate
+
+        with self._lock:
+            self._finished[stage] = list(consolidate([*self._finished.get(stage, ()), *infos]))
+            self._ended.update(self._running)
+            self._running.clear()
+
+    def by_stage(self) -> dict[str, list]:
+        from apache_beam.metrics.monitoring_infos import consolidate
+
+        with self._lock:
+            stages = dict(self._finished)
+            if self._running:
+                running = [info for infos in self._running.values() for info in infos]
+                stages[self._stage] = list(consolidate([*stages.get(self._stage, ()), *running]))
+        return stages
+
+
+# Worker handlers (by id) of bundles running now -> the run's _RunningBundles.
+_REPORTING_HANDLERS: dict[int, _RunningBundles] = {}
+_requesters_lock = threading.Lock()
+_requesters_users = 0
+
+
+@functools.cache
+def _live_fn_api_runner_class() -> type:
+    _require_tested_beam()
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
+
+    beam_requester = fn_runner.ProgressRequester
+
+    class ReportingProgressRequester(beam_requester):
+        """Beam's requester of a running bundle's progress (it asks gRPC workers every
+        `progress_request_frequency`), handing the answers to the run's _RunningBundles:
+        Beam's bundle manager gives it no callback."""
+
+        def __init__(self, worker_handler, instruction_id, frequency, callback=None) -> None:
+            self._bundles = _REPORTING_HANDLERS.get(id(worker_handler))
+            if self._bundles is not None and callback is None:
+                bundles = self._bundles
+
+                def callback(response) -> None:
+                    bundles.progress(instruction_id, response.monitoring_infos)
+
+            super().__init__(worker_handler, instruction_id, frequency, callback)
+
+        def __exit__(self, *exc_info) -> None:
+            super().__exit__(*exc_info)
+            if self._bundles is not None:
+                self._bundles.ended(self._instruction_id)
+
+    @contextlib.contextmanager
+    def requesters_reporting() -> Iterator[None]:
+        """While any live run lasts, Beam's bundle managers use ReportingProgressRequester
+        (the name they look up when a bundle starts); for other runs it acts as Beam's."""
+        global _requesters_users
+        with _requesters_lock:
+            if _requesters_users == 0:
+                fn_runner.ProgressRequester = ReportingProgressRequester
+            _requesters_users += 1
+        try:
+            yield
+        finally:
+            with _requesters_lock:
+                _requesters_users -= 1
+                if _requesters_users == 0:
+                    fn_runner.ProgressRequester = beam_requester
+
+    class InProcessPoller:
+        """Asks in-process workers for the progress of the bundles they run, from a thread.
+
+        An in-process worker runs a bundle inside the request that starts it, so Beam's
+        requester only starts once the bundle is done; here the running bundles are found in
+        the worker's cache of bundle processors and asked with Beam's progress request.
+        """
+
+        def __init__(self, handlers, bundles: _RunningBundles, seconds: float) -> None:
+            self._workers = [
+                h for h in handlers if type(h) is worker_handlers.EmbeddedWorkerHandler
+            ]
+            self._bundles = bundles
+            self._seconds = seconds
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._poll, name="recordforge-bundle-progress", daemon=True
+            )
+            self._requests = itertools.count()
+
+        def __enter__(self):
+            if self._workers:
+                self._thread.start()
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            # Joined before the bundle's final figures are added: no late report follows.
+            self._stop.set()
+            if self._workers:
+                self._thread.join()
+
+        def _poll(self) -> None:
+            while not self._stop.wait(self._seconds):
+                for handler in self._workers:
+                    try:
+                        self._ask(handler)
+                    except Exception:  # noqa: BLE001  (a bundle ending meanwhile; next time)
+                        continue
+
+        def _ask(self, handler) -> None:
+            running = list(handler.worker.bundle_processor_cache.active_bundle_processors)
+            for instruction_id in running:
+                request = beam_fn_api_pb2.InstructionRequest(
+                    # Its own id: the handler numbers requests without one, unlocked.
+                    instruction_id=f"recordforge-progress-{next(self._requests)}",
+                    process_bundle_progress=beam_fn_api_pb2.ProcessBundleProgressRequest(
+                        instruction_id=instruction_id
+                    ),
+                )
+                response = handler.push(request).get()
+                self._bundles.progress(
+                    instruction_id, response.process_bundle_progress.monitoring_infos
+                )
+
+    class LiveFnApiRunner(fn_runner.FnApiRunner):
+        """FnApiRunner whose `metrics()` reports the job `run()` is running (one run each)."""
+
+        def __init__(self, progress_seconds: float) -> None:
+            # Beam's bundle managers ask gRPC workers this often (its public argument).
+            super().__init__(progress_request_frequency=progress_seconds)
+            self._progress_seconds = progress_seconds
+            self._bundles = _RunningBundles()
+
+        def metrics(self):
+            return fn_runner.FnApiMetrics(self._bundles.by_stage(), user_metrics_only=True)
+
+        def run_stages(self, stage_context, stages):
+            with requesters_reporting():
+                return super().run_stages(stage_context, stages)
+
+        def _execute_bundle(self, runner_execution_context, bundle_context_manager, bundle_input):
+            stage = bundle_context_manager.stage.name
+            handlers = bundle_context_manager.worker_handlers
+            self._bundles.start(stage)
+            for handler in handlers:
+                _REPORTING_HANDLERS[id(handler)] = self._bundles
+            try:
+                with InProcessPoller(handlers, self._bundles, self._progress_seconds):
+                    result = super()._execute_bundle(
+                        runner_execution_context, bundle_context_manager, bundle_input
+                    )
+            finally:
+                for handler in handlers:
+                    _REPORTING_HANDLERS.pop(id(handler), None)
+            self._bundles.finished(stage, result.process_bundle.monitoring_infos)
+            return result
+
+    return LiveFnApiRunner
 
 
 def side_input_view(side) -> tuple[type, object]:
