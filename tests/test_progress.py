@@ -24,7 +24,7 @@ import termios
 
 import pytest
 from conftest import RECORDFORGE, run_cli
-from test_runners import DASK, free_port, server_env, servers  # noqa: F401  (a fixture)
+from test_runners import DASK, PYTHON, free_port, server_env, servers  # noqa: F401  (a fixture)
 
 import recordforge
 from recordforge.pipelines.progress import INTERVAL_VARIABLE, StatusLines
@@ -276,6 +276,41 @@ def test_local_runner_progress_live_and_final(mode, many_images, tmp_path):
     _assert_full_bars(terminal)
     part_way = re.findall(r"writing *: +\d+%\|[^|]*\| (\d+)/240 ", terminal)
     assert any(0 < int(count) < 240 for count in part_way), terminal
+
+
+def test_portable_job_service_progress_live_and_final(many_images, tmp_path, servers):  # noqa: F811
+    """Beam's job service, started through recordforge.pipelines.loopback, reports a running
+    job's figures; the SDK workers of the pool are slowed."""
+    env = _slowed_env(tmp_path)
+    job_port, pool_port = free_port(), free_port()
+    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
+    job_service = servers(
+        "job-service",
+        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
+        + ["--port", str(job_port)],
+    )
+    worker_pool = servers(
+        "worker-pool",
+        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
+        + ["--service_port", str(pool_port)],
+        env,
+    )
+    job_service.wait_for_port(job_port)
+    worker_pool.wait_for_port(pool_port)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [RECORDFORGE, "convert", many_images, "--num-shards", "8", "--output", out]
+        + ["--runner", "portable", "--job_endpoint", f"127.0.0.1:{job_port}"]
+        + ["--worker_pool", f"127.0.0.1:{pool_port}"],
+        capture_output=True,
+        text=True,
+        env={**server_env(), INTERVAL_VARIABLE: "0.05"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    _assert_counts_match_manifest(result.stderr, out)
+    written = re.findall(r"recordforge: progress: .*; wrote (\d+) of 240 records", result.stderr)
+    assert any(0 < int(count) < 240 for count in written), result.stderr
 
 
 def test_a_bad_progress_interval_is_a_usage_error(photo_folder, tmp_path):

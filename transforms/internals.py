@@ -115,7 +115,7 @@ def in_global_window(value):
     return __getattr__("WindowedValue")(value, __getattr__("MIN_TIMESTAMP"), [GlobalWindow()])
 
 
-def fn_api_runner(progress_seconds: float | None = None):
+def fn_api_runner(progress_seconds: float | None = None, **runner_arguments):
     """Beam's FnApiRunner: local, in-process or multi-process.
 
     With `progress_seconds`, one whose `metrics()` also answers while `run()` runs the job
@@ -123,8 +123,8 @@ def fn_api_runner(progress_seconds: float | None = None):
     the running ones' figures, asked of the workers every `progress_seconds`.
     """
     if progress_seconds is None:
-        return __getattr__("FnApiRunner")()
-    return _live_fn_api_runner_class()(progress_seconds)
+        return __getattr__("FnApiRunner")(**runner_arguments)
+    return _live_fn_api_runner_class()(progress_seconds, **runner_arguments)
 
 
 class _RunningBundles:
@@ -286,14 +286,17 @@ def _live_fn_api_runner_class() -> type:
     class LiveFnApiRunner(fn_runner.FnApiRunner):
         """FnApiRunner whose `metrics()` reports the job `run()` is running (one run each)."""
 
-        def __init__(self, progress_seconds: float) -> None:
+        def __init__(self, progress_seconds: float, **runner_arguments) -> None:
             # Beam's bundle managers ask gRPC workers this often (its public argument).
-            super().__init__(progress_request_frequency=progress_seconds)
+            super().__init__(progress_request_frequency=progress_seconds, **runner_arguments)
             self._progress_seconds = progress_seconds
             self._bundles = _RunningBundles()
 
         def metrics(self):
             return fn_runner.FnApiMetrics(self._bundles.by_stage(), user_metrics_only=True)
+
+        def monitoring_infos(self) -> list:
+            return [info for infos in self._bundles.by_stage().values() for info in infos]
 
         def run_stages(self, stage_context, stages):
             with requesters_reporting():
@@ -373,6 +376,51 @@ def dofns_inspected_once() -> Iterator[None]:
         yield
     finally:
         userstate.get_dofn_specs = original
+
+
+# Beam's job service asks its jobs' runners this often for the figures of running bundles.
+_JOB_SERVICE_ASK_SECONDS = 1.0
+
+
+@contextlib.contextmanager
+def job_service_reporting_running_jobs() -> Iterator[None]:
+    """While active, Beam's Python job service (`local_job_service`) runs each job on the
+    FnApiRunner of `fn_api_runner(progress_seconds)` and answers `GetJobMetrics` for a running
+    job with its figures so far, as attempted metrics (what Flink's job service does); Beam's
+    answers nothing until the job is done, then the committed final figures, as before.
+    """
+    _require_tested_beam()
+    from apache_beam.metrics.monitoring_infos import is_user_monitoring_info
+    from apache_beam.portability.api import beam_job_api_pb2
+    from apache_beam.runners.portability import local_job_service
+
+    job_class, servicer = local_job_service.BeamJob, local_job_service.LocalJobServicer
+    invoke_runner, job_metrics = job_class._invoke_runner, servicer.GetJobMetrics
+
+    def invoke_live_runner(job):
+        job.set_state(beam_job_api_pb2.JobState.RUNNING)
+        job.recordforge_runner = fn_api_runner(
+            _JOB_SERVICE_ASK_SECONDS, provision_info=job._provision_info
+        )
+        return job.recordforge_runner.run_via_runner_api(
+            job._pipeline_proto, job.pipeline_options()
+        )
+
+    def metrics_while_running(service, request, context=None):
+        job = service._jobs.get(request.job_id)
+        runner = getattr(job, "recordforge_runner", None)
+        if job is None or job.result is not None or runner is None:
+            return job_metrics(service, request, context)
+        running = [info for info in runner.monitoring_infos() if is_user_monitoring_info(info)]
+        return beam_job_api_pb2.GetJobMetricsResponse(
+            metrics=beam_job_api_pb2.MetricResults(attempted=running)
+        )
+
+    job_class._invoke_runner, servicer.GetJobMetrics = invoke_live_runner, metrics_while_running
+    try:
+        yield
+    finally:
+        job_class._invoke_runner, servicer.GetJobMetrics = invoke_runner, job_metrics
 
 
 # --- grpc: servers that Beam starts ------------------------------------------------------
