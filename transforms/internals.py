@@ -124,6 +124,7 @@ def fn_api_runner(progress_seconds: float | None = None, **runner_arguments):
     """
     if progress_seconds is None:
         return __getattr__("FnApiRunner")(**runner_arguments)
+    _require_tested_beam()
     return _live_fn_api_runner_class()(progress_seconds, **runner_arguments)
 
 
@@ -186,7 +187,6 @@ _requesters_users = 0
 
 @functools.cache
 def _live_fn_api_runner_class() -> type:
-    _require_tested_beam()
     from apache_beam.portability.api import beam_fn_api_pb2
     from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
 
