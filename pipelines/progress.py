@@ -11,6 +11,7 @@ Nothing is shown that the runner did not report.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -29,6 +30,7 @@ from recordforge.transforms.progress import (
     BYTES_WRITTEN,
     IMAGES_PROBED,
     INPUTS_LISTED,
+    LOGGER,
     NAMESPACE,
     RECORDS_PLANNED,
     RECORDS_WRITTEN,
@@ -203,10 +205,17 @@ class Bars:
         self._phases = phases
         self._notebook = notebook
         self._bars: dict[str, object] = {}
+        self._log_lines_above = contextlib.ExitStack()
 
     def _bar(self, state: PhaseState):
         bar = self._bars.get(state.name)
         if bar is None:
+            if not self._bars and not self._notebook:
+                from tqdm.contrib.logging import logging_redirect_tqdm
+
+                # recordforge's log lines (a shard written, ...) go above the bars, not
+                # through them, while the bars are shown.
+                self._log_lines_above.enter_context(logging_redirect_tqdm([LOGGER]))
             if self._notebook:
                 from tqdm.auto import tqdm
             else:
@@ -245,6 +254,7 @@ class Bars:
     def close(self) -> None:
         for bar in self._bars.values():
             bar.close()
+        self._log_lines_above.close()
 
 
 class StatusLines:

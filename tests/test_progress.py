@@ -276,6 +276,13 @@ def test_local_runner_progress_live_and_final(mode, many_images, tmp_path):
     _assert_full_bars(terminal)
     part_way = re.findall(r"writing *: +\d+%\|[^|]*\| (\d+)/240 ", terminal)
     assert any(0 < int(count) < 240 for count in part_way), terminal
+    # The launcher's log lines (in-process: each shard and the manifest written) start at the
+    # left edge of a line the bars were cleared from, not inside a bar.
+    logged = [m.start() for m in re.finditer("recordforge: wrote ", terminal)]
+    assert logged or mode == "multi-process", terminal  # (there the workers log them)
+    for start in logged:
+        before = re.sub(r"(\x1b\[A)+$", "", terminal[:start])
+        assert before.endswith(("\r", "\n")), terminal[start - 200 : start + 80]
 
 
 def test_portable_job_service_progress_live_and_final(many_images, tmp_path, servers):  # noqa: F811
