@@ -135,7 +135,8 @@ class _RunningBundles:
 
     A running bundle's figures are dropped when its stage's bundle finishes and its final
     figures are added: a report that arrives for a bundle already ended is ignored, so nothing
-    is counted twice.
+    is counted twice. Only user metrics are kept (Beam's own, per PCollection and transform,
+    are many, and the run's result holds them all).
     """
 
     def __init__(self) -> None:
@@ -150,6 +151,7 @@ class _RunningBundles:
             self._stage = stage
 
     def progress(self, instruction_id: str, infos) -> None:
+        infos = _user_metrics(infos)
         if not infos:  # not started yet, or already gone: nothing to show
             return
         with self._lock:
@@ -163,6 +165,7 @@ class _RunningBundles:
     def finished(self, stage: str, infos) -> None:
         from apache_beam.metrics.monitoring_infos import consolidate
 
+        infos = _user_metrics(infos)
         with self._lock:
             self._finished[stage] = list(consolidate([*self._finished.get(stage, ()), *infos]))
             self._ended.update(self._running)
@@ -177,6 +180,12 @@ class _RunningBundles:
                 running = [info for infos in self._running.values() for info in infos]
                 stages[self._stage] = list(consolidate([*stages.get(self._stage, ()), *running]))
         return stages
+
+
+def _user_metrics(infos) -> list:
+    from apache_beam.metrics.monitoring_infos import is_user_monitoring_info
+
+    return [info for info in infos if is_user_monitoring_info(info)]
 
 
 # Worker handlers (by id) of bundles running now -> the run's _RunningBundles.
@@ -296,6 +305,7 @@ def _live_fn_api_runner_class() -> type:
             return fn_runner.FnApiMetrics(self._bundles.by_stage(), user_metrics_only=True)
 
         def monitoring_infos(self) -> list:
+            """The user metrics so far, as MonitoringInfos."""
             return [info for infos in self._bundles.by_stage().values() for info in infos]
 
         def run_stages(self, stage_context, stages):
@@ -390,7 +400,6 @@ def job_service_reporting_running_jobs() -> Iterator[None]:
     answers nothing until the job is done, then the committed final figures, as before.
     """
     _require_tested_beam()
-    from apache_beam.metrics.monitoring_infos import is_user_monitoring_info
     from apache_beam.portability.api import beam_job_api_pb2
     from apache_beam.runners.portability import local_job_service
 
@@ -411,9 +420,8 @@ def job_service_reporting_running_jobs() -> Iterator[None]:
         runner = getattr(job, "recordforge_runner", None)
         if job is None or job.result is not None or runner is None:
             return job_metrics(service, request, context)
-        running = [info for info in runner.monitoring_infos() if is_user_monitoring_info(info)]
         return beam_job_api_pb2.GetJobMetricsResponse(
-            metrics=beam_job_api_pb2.MetricResults(attempted=running)
+            metrics=beam_job_api_pb2.MetricResults(attempted=runner.monitoring_infos())
         )
 
     job_class._invoke_runner, servicer.GetJobMetrics = invoke_live_runner, metrics_while_running
