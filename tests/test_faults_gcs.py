@@ -272,7 +272,8 @@ def _kill_journal_commit(proxied, bucket, old_and_new, every: bool) -> None:
     states = []
     # create (the manifest), create + rename (the journal), delete (the old metadata), ...
     journal = calls.index("rename") + 1  # the call that puts the journal in place
-    points = range(1, total + 1) if every else [journal + 1, total]
+    # By default: just after the journal is in place, halfway through the rest, the last call.
+    points = range(1, total + 1) if every else [journal + 1, (journal + 1 + total) // 2, total]
     for kill_at in points:
         killed = _killed_in_commit([*args, "--overwrite"], kill_at)
         assert killed.returncode == -signal.SIGKILL, killed.stderr

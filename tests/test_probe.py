@@ -47,11 +47,12 @@ def test_probed_in_order_with_errors_routed(tmp_path) -> None:
 
     (records,) = probed
     a, b = (tmp_path / "a.png").stat(), (tmp_path / "b.jpg").stat()
-    # The last field tells a file rewritten before it is written: its modification time.
+    # The version field tells a file rewritten before it is written: its modification time.
+    # The last (source_size) is -1: no preprocessing, so the size above is the file's own.
     assert [(packed[0], info) for packed, info in records] == [
-        ("0:a.png#0", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns)),
-        ("0:b.jpg#2", (b.st_size, "jpeg", 10, 40, 1, b.st_mtime_ns)),
-        ("0:a.png#4", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns)),
+        ("0:a.png#0", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1)),
+        ("0:b.jpg#2", (b.st_size, "jpeg", 10, 40, 1, b.st_mtime_ns, -1)),
+        ("0:a.png#4", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1)),
         ("0:t.csv#8", None),
     ]
     assert [(e.path, e.row, e.stage, e.error) for e in errors] == [
