@@ -44,28 +44,35 @@ def run_pipeline(
 
     With `wait` (the default) it returns when the pipeline has finished; without, as soon as the
     runner has accepted it (FnApiRunner runs it to the end either way). A `progress` monitor
-    shows the job's counters while it waits, and the final ones.
+    shows the job's counters while it runs, and the final ones.
 
     Raises whatever the runner raises when the pipeline fails.
     """
-    runner = default_runner() if uses_default_runner(options) else None
+    local = uses_default_runner(options)
+    # FnApiRunner runs the whole job inside `run()`: the launcher polls the runner meanwhile.
+    live_local = local and wait and progress is not None
+    runner = default_runner(progress.local_ask_seconds if live_local else None) if local else None
     with grpc_listeners_on_loopback(), dofns_inspected_once():
         pipeline = beam.Pipeline(runner=runner, options=options)
         build(pipeline)
-        result = pipeline.run()
-        if not wait:
-            return
-        if progress is not None:
-            progress.watch(result)
+        if live_local:
+            progress.watch(runner)
+        result = None
         try:
+            result = pipeline.run()
+            if not wait:
+                return
+            if progress is not None and not live_local:
+                progress.watch(result)
             result.wait_until_finish()
         except BaseException:
             if progress is not None:
                 progress.abandon()
             # Stopped (a signal) or failed: a runner that runs the job elsewhere (a job
             # service, a Dask cluster) is told to stop it too.
-            with contextlib.suppress(Exception):
-                result.cancel()
+            if result is not None:
+                with contextlib.suppress(Exception):
+                    result.cancel()
             raise
         if progress is not None:
             progress.finish(result)

@@ -220,6 +220,7 @@ def _progress_of(args: argparse.Namespace, phases=progress.CONVERT_PHASES):
 
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    monitor = _progress_of(args)  # (a bad RECORDFORGE_PROGRESS_SECONDS: before anything runs)
     output, config, options, prepared = api.prepare_conversion(args, beam_args)
     staging = prepared.staging
     started = time.monotonic()
@@ -232,7 +233,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
             run_pipeline(
                 options,
                 lambda pipeline: build_pipeline(pipeline, config),
-                progress=_progress_of(args),
+                progress=monitor,
             )
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
@@ -253,10 +254,11 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
 
 
 def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    monitor = _progress_of(args, progress.RESHARD_PHASES)
     output, config, inputs, options, prepared = prepare_reshard(args, beam_args)
     started = time.monotonic()
     try:
-        run_reshard(config, inputs, options, progress=_progress_of(args, progress.RESHARD_PHASES))
+        run_reshard(config, inputs, options, progress=monitor)
     except (Stopped, WorkerLost) as stop:
         return _report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -428,8 +430,9 @@ def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converte
 
 
 def plan_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
+    monitor = _progress_of(args, progress.PLAN_PHASES)
     try:
-        report = api.run_plan(args, beam_args, progress=_progress_of(args, progress.PLAN_PHASES))
+        report = api.run_plan(args, beam_args, progress=monitor)
     except api.REFUSED as failure:  # an input that cannot be read to its end, say
         print(f"recordforge: failed: {failure}", file=sys.stderr)
         return EXIT_FAILED

@@ -9,7 +9,9 @@ Beam's job service (with its artifact staging and the FnApiRunner it runs jobs o
 worker pool bind `[::]`, every network interface, and have no option to change it. For a cluster
 on one machine (tests, trying the portable path on a laptop) nothing should accept connections
 from other machines; this runs the module unchanged with `grpc.server` bound to the loopback
-interface, as recordforge's own local runs are.
+interface, as recordforge's own local runs are. The job service also reports a running job's
+figures (GetJobMetrics), which Beam's answers only once the job is done: a launcher's progress
+bars then move while the job runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from __future__ import annotations
 import runpy
 import sys
 
-from recordforge.transforms.internals import grpc_listeners_on_loopback
+from recordforge.transforms.internals import (
+    grpc_listeners_on_loopback,
+    job_service_reporting_running_jobs,
+)
 
 USAGE = "usage: python -m recordforge.pipelines.loopback MODULE [ARGS...]"
 
@@ -28,7 +33,7 @@ def main(argv: list[str]) -> int:
         return 2
     module = argv[0]
     sys.argv = [module, *argv[1:]]
-    with grpc_listeners_on_loopback():
+    with grpc_listeners_on_loopback(), job_service_reporting_running_jobs():
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     return 0
 

@@ -3,13 +3,16 @@ running job's Beam metrics and shown as bars on a terminal or as a status line e
 
 What a runner reports while the job runs differs (docs/design.md, "Progress"): the Dask
 runner, Dataflow and job services that report attempted metrics (Flink's) report live;
-FnApiRunner runs the whole pipeline inside `Pipeline.run()` and Beam's own Python job service
-answers metrics only once the job is done, so there the figures appear when it ends. Nothing
-is shown that the runner did not report.
+FnApiRunner runs the whole pipeline inside `Pipeline.run()`, so the local run's runner reports
+the figures itself meanwhile (transforms/internals.py's `fn_api_runner`); Beam's own Python job
+service answers metrics only once the job is done, so there the figures appear when it ends.
+Nothing is shown that the runner did not report.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import sys
 import threading
@@ -19,6 +22,7 @@ from typing import TextIO
 
 from apache_beam.metrics.metric import MetricsFilter
 
+from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.sharding import human_size
 from recordforge.transforms.internals import forget_cached_metrics
 from recordforge.transforms.progress import (
@@ -26,6 +30,7 @@ from recordforge.transforms.progress import (
     BYTES_WRITTEN,
     IMAGES_PROBED,
     INPUTS_LISTED,
+    LOGGER,
     NAMESPACE,
     RECORDS_PLANNED,
     RECORDS_WRITTEN,
@@ -34,6 +39,11 @@ from recordforge.transforms.progress import (
 # A terminal's bars follow the job closely; a log gets a line at a steady, readable pace.
 BAR_POLL_SECONDS = 0.5
 STATUS_LINE_SECONDS = 10.0
+# Seconds between updates of bars and status lines alike, instead of the above.
+INTERVAL_VARIABLE = "RECORDFORGE_PROGRESS_SECONDS"
+# The local runner asks its workers for figures at least this often, so that a status line
+# shows fresh ones.
+_LOCAL_ASK_SECONDS = 1.0
 
 _JOIN_SECONDS = 5.0
 
@@ -106,20 +116,30 @@ class ProgressMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def local_ask_seconds(self) -> float:
+        """How often the local runner asks its workers for their figures."""
+        return min(self._poll_seconds, _LOCAL_ASK_SECONDS)
+
     def watch(self, result) -> None:
+        """Poll `result.metrics()` (a PipelineResult's, or a local runner's) until finished."""
         self._thread = threading.Thread(
             target=self._poll, args=(result,), name="recordforge-progress", daemon=True
         )
         self._thread.start()
 
     def _poll(self, result) -> None:
+        shown: dict[str, int] = {}
         while not self._stop.wait(self._poll_seconds):
             try:
                 counters = read_counters(result)
             except Exception:  # noqa: BLE001  (a lost poll is not the run's failure)
                 continue
             if counters:
-                self._display.update(counters)
+                # Never backwards while running: a bundle read as it ends, or a retried one,
+                # can report less than before.
+                shown = {name: max(value, shown.get(name, 0)) for name, value in counters.items()}
+                self._display.update(shown)
 
     def finish(self, result) -> None:
         """The run finished: its final figures."""
@@ -151,11 +171,30 @@ def monitor(
     status line every STATUS_LINE_SECONDS."""
     stream = stream or sys.stderr
     notebook = stream is sys.stderr and _in_notebook()
+    interval = _interval_from_environment()
     if bars is None:
         bars = notebook or stream.isatty()
     if bars:
-        return ProgressMonitor(Bars(stream, phases, notebook), BAR_POLL_SECONDS)
-    return ProgressMonitor(StatusLines(stream, phases), STATUS_LINE_SECONDS)
+        return ProgressMonitor(Bars(stream, phases, notebook), interval or BAR_POLL_SECONDS)
+    return ProgressMonitor(StatusLines(stream, phases), interval or STATUS_LINE_SECONDS)
+
+
+def _interval_from_environment() -> float | None:
+    """RECORDFORGE_PROGRESS_SECONDS, when set.
+
+    Raises:
+        UsageError: it is not a number of seconds above 0.
+    """
+    text = os.environ.get(INTERVAL_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise UsageError(f"{INTERVAL_VARIABLE}={text!r}: expected a number of seconds above 0")
+    return seconds
 
 
 class Bars:
@@ -166,10 +205,17 @@ class Bars:
         self._phases = phases
         self._notebook = notebook
         self._bars: dict[str, object] = {}
+        self._log_lines_above = contextlib.ExitStack()
 
     def _bar(self, state: PhaseState):
         bar = self._bars.get(state.name)
         if bar is None:
+            if not self._bars and not self._notebook:
+                from tqdm.contrib.logging import logging_redirect_tqdm
+
+                # recordforge's log lines (a shard written, ...) go above the bars, not
+                # through them, while the bars are shown.
+                self._log_lines_above.enter_context(logging_redirect_tqdm([LOGGER]))
             if self._notebook:
                 from tqdm.auto import tqdm
             else:
@@ -208,6 +254,7 @@ class Bars:
     def close(self) -> None:
         for bar in self._bars.values():
             bar.close()
+        self._log_lines_above.close()
 
 
 class StatusLines:

@@ -276,6 +276,9 @@ def uses_default_runner(options: PipelineOptions) -> bool:
     return options.view_as(StandardOptions).runner is None
 
 
-def default_runner():
-    """Beam's FnApiRunner: local, in-process or multi-process, with no download (unlike Prism)."""
-    return fn_api_runner()
+def default_runner(progress_seconds: float | None = None):
+    """Beam's FnApiRunner: local, in-process or multi-process, with no download (unlike Prism).
+
+    With `progress_seconds`, the runner itself reports the job's metrics while `run()` runs it,
+    asking its workers every `progress_seconds` (docs/design.md, "Progress")."""
+    return fn_api_runner(progress_seconds)

@@ -54,6 +54,10 @@ def test_the_first_use_of_an_internal_refuses_an_untested_beam(beam_release):
         internals.__getattr__("OutputHandler")  # the Dask runner's names load the same way
     with pytest.raises(UntestedBeamVersion):
         internals.fn_api_runner()
+    with pytest.raises(UntestedBeamVersion):
+        internals.fn_api_runner(progress_seconds=0.5)  # the local runner that reports live
+    with pytest.raises(UntestedBeamVersion), internals.job_service_reporting_running_jobs():
+        pass
     with pytest.raises(UntestedBeamVersion), internals.dofns_inspected_once():
         pass
     beam_release(apache_beam.version.__version__)

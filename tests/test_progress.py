@@ -2,8 +2,10 @@
 terminal and as status lines elsewhere, with counts that match the manifest; --quiet and
 `progress=False` show none.
 
-FnApiRunner reports its metrics when the run ends (a final line); the Dask runner reports
-them while the job runs (bars on a pseudo-terminal). Servers are started by the test that uses
+The local runner (FnApiRunner, in-process and multi-process) and the Dask runner report them
+while the job runs: status lines with figures between 0 and the total, and bars on a
+pseudo-terminal. The local runs are slowed (each shard's file opens after a pause) so that
+they last long enough to be seen running. Servers are started by the test that uses
 them, on 127.0.0.1, and stopped by it (tests/test_runners.py's `servers`).
 """
 
@@ -22,10 +24,10 @@ import termios
 
 import pytest
 from conftest import RECORDFORGE, run_cli
-from test_runners import DASK, free_port, server_env, servers  # noqa: F401  (a fixture)
+from test_runners import DASK, PYTHON, free_port, server_env, servers  # noqa: F401  (a fixture)
 
 import recordforge
-from recordforge.pipelines.progress import StatusLines
+from recordforge.pipelines.progress import INTERVAL_VARIABLE, StatusLines
 
 DONE = re.compile(
     r"recordforge: done: listed ([\d,]+) inputs; probed ([\d,]+) of ([\d,]+) images; "
@@ -55,9 +57,7 @@ def test_fn_api_runner_shows_the_final_counts(photo_folder, tmp_path):
     result = run_cli("convert", photo_folder, "--output", out)
     assert result.returncode == 0, result.stderr
     _assert_counts_match_manifest(result.stderr, out)
-    # Figures only the end brought: no status line while running, no bars, and the summary
-    # on stdout as before.
-    assert "recordforge: progress:" not in result.stderr
+    # The figures go to stderr; the summary on stdout as before.
     assert "done:" not in result.stdout and result.stdout.startswith("Converted ")
 
 
@@ -148,14 +148,16 @@ def _start_dask(servers, tmp_path) -> str:  # noqa: F811  (the fixture's value)
     return f"127.0.0.1:{port}"
 
 
-def _run_on_pty(args: list[str], cwd: pathlib.Path) -> tuple[int, str, str]:
+def _run_on_pty(
+    args: list[str], cwd: pathlib.Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """Run recordforge with stderr on a pseudo-terminal (100 x 24); (status, stdout, stderr)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     process = subprocess.Popen(
         [RECORDFORGE, *args],
         cwd=cwd,
-        env=server_env(),
+        env=env or server_env(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=slave,
@@ -200,8 +202,174 @@ def test_dask_runner_progress_live_and_final(many_images, tmp_path, servers):  #
     )
     assert status == 0, terminal
     assert stdout.startswith("Converted 240 inputs into 240 records"), stdout
+    _assert_full_bars(terminal)
+
+
+def _assert_full_bars(terminal: str) -> None:
     for phase, unit in (("listing", "inputs"), ("probing", "images"), ("writing", "records")):
         final = re.findall(rf"{phase} *: 100%\|[^|]*\| 240/240 \[[^\]]* {unit}/s", terminal)
         assert final, f"no full {phase} bar:\n{terminal}"
     assert re.search(r"writing *: 100%.*records/s, [\d.]+ [KM]iB/[\d.]+ [KM]iB\]", terminal)
     assert "recordforge: done:" not in terminal  # bars, not the line shown without a terminal
+
+
+# -- the local runner, in-process and multi-process, reports while the job runs ----------------
+
+# Loaded by every Python process of a slowed run (the launcher and worker processes alike, through
+# PYTHONPATH): each shard's file opens after a pause.
+_SLOW_SHARDS = """
+import time
+
+from recordforge.transforms import write
+
+_create = write._create
+
+
+def _create_after_a_pause(path):
+    time.sleep(0.3)
+    return _create(path)
+
+
+write._create = _create_after_a_pause
+"""
+
+LOCAL_RUNS = {
+    "in-process": [],
+    "multi-process": ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+}
+
+
+def _slowed_env(tmp_path: pathlib.Path) -> dict[str, str]:
+    site = tmp_path / "slow-site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SLOW_SHARDS)
+    # Updates 20 times a second: a status line (10 s apart by default) in a short run.
+    return {**server_env(), "PYTHONPATH": str(site), INTERVAL_VARIABLE: "0.05"}
+
+
+@pytest.mark.parametrize("mode", sorted(LOCAL_RUNS))
+def test_local_runner_progress_live_and_final(mode, many_images, tmp_path):
+    convert = ["convert", str(many_images), "--num-shards", "8", *LOCAL_RUNS[mode]]
+    env = _slowed_env(tmp_path)
+    # Not a terminal: status lines while the shards are written, then the manifest's figures.
+    piped = tmp_path / "piped"
+    result = subprocess.run(
+        [RECORDFORGE, *convert, "--output", str(piped)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    _assert_counts_match_manifest(result.stderr, piped)
+    assert result.stdout.startswith("Converted 240 inputs into 240 records")
+    written = re.findall(r"recordforge: progress: .*; wrote (\d+) of 240 records", result.stderr)
+    assert any(0 < int(count) < 240 for count in written), result.stderr
+    # Nothing counted twice on the way: no figure ever above the final one.
+    running = re.findall(r"recordforge: progress: .*", result.stderr)
+    counts = re.findall(r"(?:listed|probed|wrote) ([\d,]+) ", "\n".join(running))
+    assert max(int(count.replace(",", "")) for count in counts) == 240, running
+    # A terminal: a bar per phase, drawn while the job ran (part-way) and full at the end.
+    status, stdout, terminal = _run_on_pty([*convert, "--output", "bars"], tmp_path, env)
+    assert status == 0, terminal
+    assert stdout.startswith("Converted 240 inputs into 240 records"), stdout
+    _assert_full_bars(terminal)
+    part_way = re.findall(r"writing *: +\d+%\|[^|]*\| (\d+)/240 ", terminal)
+    assert any(0 < int(count) < 240 for count in part_way), terminal
+    # The launcher's log lines (in-process: each shard and the manifest written) start at the
+    # left edge of a line the bars were cleared from, not inside a bar.
+    logged = [m.start() for m in re.finditer("recordforge: wrote ", terminal)]
+    assert logged or mode == "multi-process", terminal  # (there the workers log them)
+    for start in logged:
+        before = re.sub(r"(\x1b\[A)+$", "", terminal[:start])
+        assert before.endswith(("\r", "\n")), terminal[start - 200 : start + 80]
+
+
+def test_portable_job_service_progress_live_and_final(many_images, tmp_path, servers):  # noqa: F811
+    """Beam's job service, started through recordforge.pipelines.loopback, reports a running
+    job's figures; the SDK workers of the pool are slowed."""
+    env = _slowed_env(tmp_path)
+    job_port, pool_port = free_port(), free_port()
+    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
+    job_service = servers(
+        "job-service",
+        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
+        + ["--port", str(job_port)],
+    )
+    worker_pool = servers(
+        "worker-pool",
+        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
+        + ["--service_port", str(pool_port)],
+        env,
+    )
+    job_service.wait_for_port(job_port)
+    worker_pool.wait_for_port(pool_port)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [RECORDFORGE, "convert", many_images, "--num-shards", "8", "--output", out]
+        + ["--runner", "portable", "--job_endpoint", f"127.0.0.1:{job_port}"]
+        + ["--worker_pool", f"127.0.0.1:{pool_port}"],
+        capture_output=True,
+        text=True,
+        env={**server_env(), INTERVAL_VARIABLE: "0.05"},
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    _assert_counts_match_manifest(result.stderr, out)
+    written = re.findall(r"recordforge: progress: .*; wrote (\d+) of 240 records", result.stderr)
+    assert any(0 < int(count) < 240 for count in written), result.stderr
+
+
+def test_a_bad_progress_interval_is_a_usage_error(photo_folder, tmp_path):
+    env = {**os.environ, INTERVAL_VARIABLE: "soon"}
+    result = subprocess.run(
+        [RECORDFORGE, "convert", photo_folder, "--output", tmp_path / "out"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"recordforge: error: {INTERVAL_VARIABLE}='soon': expected a number of seconds above 0\n"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def _user_counter(step: str, value: int):
+    from apache_beam.metrics.monitoring_infos import int64_user_counter
+
+    return int64_user_counter("recordforge", "records_written", value, ptransform=step)
+
+
+def _written(bundles) -> int:
+    from apache_beam.metrics.monitoring_infos import extract_counter_value
+
+    return sum(
+        extract_counter_value(info) for infos in bundles.by_stage().values() for info in infos
+    )
+
+
+def test_running_bundles_count_each_bundle_once():
+    """A running bundle's reports are replaced, not added; once it ended, late reports are
+    ignored and its final figures count instead."""
+    from recordforge.transforms.internals import _RunningBundles
+
+    bundles = _RunningBundles()
+    bundles.start("write")
+    bundles.progress("bundle_1", [_user_counter("Write", 5)])
+    bundles.progress("bundle_2", [_user_counter("Write", 1)])
+    bundles.progress("bundle_1", [_user_counter("Write", 7)])  # cumulative: replaces 5
+    assert _written(bundles) == 8
+    bundles.ended("bundle_1")
+    bundles.progress("bundle_1", [_user_counter("Write", 9)])  # after its end: ignored
+    bundles.progress("bundle_2", [])  # nothing to report yet: ignored
+    assert _written(bundles) == 8
+    bundles.finished("write", [_user_counter("Write", 10)])  # both parts' final figures
+    bundles.progress("bundle_2", [_user_counter("Write", 3)])  # late: ignored
+    assert _written(bundles) == 10
+    bundles.start("write")  # the stage's deferred inputs, in a bundle of their own
+    bundles.progress("bundle_3", [_user_counter("Write", 2)])
+    assert _written(bundles) == 12
+    bundles.finished("write", [_user_counter("Write", 4)])
+    assert _written(bundles) == 14

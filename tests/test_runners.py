@@ -177,14 +177,16 @@ def server_env() -> dict[str, str]:
 class Server:
     """A server process in its own process group, with its output in a log file."""
 
-    def __init__(self, name: str, command: list[str], workdir: pathlib.Path) -> None:
+    def __init__(
+        self, name: str, command: list[str], workdir: pathlib.Path, env: dict | None = None
+    ) -> None:
         self.name = name
         self.log = workdir / f"{name}.log"
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 command,
                 cwd=workdir,
-                env=server_env(),
+                env=env or server_env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -221,13 +223,14 @@ class Server:
 
 @pytest.fixture
 def servers(tmp_path):
-    """Starts servers for one test (`servers(name, command)`) and stops them all afterwards."""
+    """Starts servers for one test (`servers(name, command, env=None)`) and stops them all
+    afterwards."""
     started: list[Server] = []
     workdir = tmp_path / "servers"
     workdir.mkdir()
 
-    def start(name: str, command: list[str]) -> Server:
-        server = Server(name, command, workdir)
+    def start(name: str, command: list[str], env: dict | None = None) -> Server:
+        server = Server(name, command, workdir, env)
         started.append(server)
         return server
 

@@ -30,6 +30,8 @@ import argparse
 import contextlib
 import functools
 import importlib
+import itertools
+import threading
 from collections.abc import Iterator
 
 from recordforge.transforms.core.errors import UsageError
@@ -113,9 +115,221 @@ def in_global_window(value):
     return __getattr__("WindowedValue")(value, __getattr__("MIN_TIMESTAMP"), [GlobalWindow()])
 
 
-def fn_api_runner():
-    """Beam's FnApiRunner: local, in-process or multi-process."""
-    return __getattr__("FnApiRunner")()
+def fn_api_runner(progress_seconds: float | None = None, **runner_arguments):
+    """Beam's FnApiRunner: local, in-process or multi-process.
+
+    With `progress_seconds`, one whose `metrics()` also answers while `run()` runs the job
+    (Beam's answers only from the result `run()` returns): the bundles finished so far and
+    the running ones' figures, asked of the workers every `progress_seconds`.
+    """
+    if progress_seconds is None:
+        return __getattr__("FnApiRunner")(**runner_arguments)
+    _require_tested_beam()
+    return _live_fn_api_runner_class()(progress_seconds, **runner_arguments)
+
+
+class _RunningBundles:
+    """The MonitoringInfos of a FnApiRunner run so far: each stage's finished bundles, and the
+    latest progress of the bundles running now (all of one stage: FnApiRunner executes one
+    stage's bundle, or its parallel parts, at a time).
+
+    A running bundle's figures are dropped when its stage's bundle finishes and its final
+    figures are added: a report that arrives for a bundle already ended is ignored, so nothing
+    is counted twice. Only user metrics are kept (Beam's own, per PCollection and transform,
+    are many, and the run's result holds them all).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._finished: dict[str, list] = {}  # stage -> consolidated MonitoringInfos
+        self._stage: str | None = None
+        self._running: dict[str, list] = {}  # bundle (instruction id) -> its latest figures
+        self._ended: set[str] = set()
+
+    def start(self, stage: str) -> None:
+        with self._lock:
+            self._stage = stage
+
+    def progress(self, instruction_id: str, infos) -> None:
+        infos = _user_metrics(infos)
+        if not infos:  # not started yet, or already gone: nothing to show
+            return
+        with self._lock:
+            if instruction_id not in self._ended:
+                self._running[instruction_id] = list(infos)
+
+    def ended(self, instruction_id: str) -> None:
+        with self._lock:
+            self._ended.add(instruction_id)
+
+    def finished(self, stage: str, infos) -> None:
+        from apache_beam.metrics.monitoring_infos import consolidate
+
+        infos = _user_metrics(infos)
+        with self._lock:
+            self._finished[stage] = list(consolidate([*self._finished.get(stage, ()), *infos]))
+            self._ended.update(self._running)
+            self._running.clear()
+
+    def by_stage(self) -> dict[str, list]:
+        from apache_beam.metrics.monitoring_infos import consolidate
+
+        with self._lock:
+            stages = dict(self._finished)
+            if self._running:
+                running = [info for infos in self._running.values() for info in infos]
+                stages[self._stage] = list(consolidate([*stages.get(self._stage, ()), *running]))
+        return stages
+
+
+def _user_metrics(infos) -> list:
+    from apache_beam.metrics.monitoring_infos import is_user_monitoring_info
+
+    return [info for info in infos if is_user_monitoring_info(info)]
+
+
+# Worker handlers (by id) of bundles running now -> the run's _RunningBundles.
+_REPORTING_HANDLERS: dict[int, _RunningBundles] = {}
+_requesters_lock = threading.Lock()
+_requesters_users = 0
+
+
+@functools.cache
+def _live_fn_api_runner_class() -> type:
+    from apache_beam.portability.api import beam_fn_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner, worker_handlers
+
+    beam_requester = fn_runner.ProgressRequester
+
+    class ReportingProgressRequester(beam_requester):
+        """Beam's requester of a running bundle's progress (it asks gRPC workers every
+        `progress_request_frequency`), handing the answers to the run's _RunningBundles:
+        Beam's bundle manager gives it no callback."""
+
+        def __init__(self, worker_handler, instruction_id, frequency, callback=None) -> None:
+            self._bundles = _REPORTING_HANDLERS.get(id(worker_handler))
+            if self._bundles is not None and callback is None:
+                bundles = self._bundles
+
+                def callback(response) -> None:
+                    bundles.progress(instruction_id, response.monitoring_infos)
+
+            super().__init__(worker_handler, instruction_id, frequency, callback)
+
+        def __exit__(self, *exc_info) -> None:
+            super().__exit__(*exc_info)
+            if self._bundles is not None:
+                self._bundles.ended(self._instruction_id)
+
+    @contextlib.contextmanager
+    def requesters_reporting() -> Iterator[None]:
+        """While any live run lasts, Beam's bundle managers use ReportingProgressRequester
+        (the name they look up when a bundle starts); for other runs it acts as Beam's."""
+        global _requesters_users
+        with _requesters_lock:
+            if _requesters_users == 0:
+                fn_runner.ProgressRequester = ReportingProgressRequester
+            _requesters_users += 1
+        try:
+            yield
+        finally:
+            with _requesters_lock:
+                _requesters_users -= 1
+                if _requesters_users == 0:
+                    fn_runner.ProgressRequester = beam_requester
+
+    class InProcessPoller:
+        """Asks in-process workers for the progress of the bundles they run, from a thread.
+
+        An in-process worker runs a bundle inside the request that starts it, so Beam's
+        requester only starts once the bundle is done; here the running bundles are found in
+        the worker's cache of bundle processors and asked with Beam's progress request.
+        """
+
+        def __init__(self, handlers, bundles: _RunningBundles, seconds: float) -> None:
+            self._workers = [
+                h for h in handlers if type(h) is worker_handlers.EmbeddedWorkerHandler
+            ]
+            self._bundles = bundles
+            self._seconds = seconds
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._poll, name="recordforge-bundle-progress", daemon=True
+            )
+            self._requests = itertools.count()
+
+        def __enter__(self):
+            if self._workers:
+                self._thread.start()
+            return self
+
+        def __exit__(self, *exc_info) -> None:
+            # Joined before the bundle's final figures are added: no late report follows.
+            self._stop.set()
+            if self._workers:
+                self._thread.join()
+
+        def _poll(self) -> None:
+            while not self._stop.wait(self._seconds):
+                for handler in self._workers:
+                    try:
+                        self._ask(handler)
+                    except Exception:  # noqa: BLE001  (a bundle ending meanwhile; next time)
+                        continue
+
+        def _ask(self, handler) -> None:
+            running = list(handler.worker.bundle_processor_cache.active_bundle_processors)
+            for instruction_id in running:
+                request = beam_fn_api_pb2.InstructionRequest(
+                    # Its own id: the handler numbers requests without one, unlocked.
+                    instruction_id=f"recordforge-progress-{next(self._requests)}",
+                    process_bundle_progress=beam_fn_api_pb2.ProcessBundleProgressRequest(
+                        instruction_id=instruction_id
+                    ),
+                )
+                response = handler.push(request).get()
+                self._bundles.progress(
+                    instruction_id, response.process_bundle_progress.monitoring_infos
+                )
+
+    class LiveFnApiRunner(fn_runner.FnApiRunner):
+        """FnApiRunner whose `metrics()` reports the job `run()` is running (one run each)."""
+
+        def __init__(self, progress_seconds: float, **runner_arguments) -> None:
+            # Beam's bundle managers ask gRPC workers this often (its public argument).
+            super().__init__(progress_request_frequency=progress_seconds, **runner_arguments)
+            self._progress_seconds = progress_seconds
+            self._bundles = _RunningBundles()
+
+        def metrics(self):
+            return fn_runner.FnApiMetrics(self._bundles.by_stage(), user_metrics_only=True)
+
+        def monitoring_infos(self) -> list:
+            """The user metrics so far, as MonitoringInfos."""
+            return [info for infos in self._bundles.by_stage().values() for info in infos]
+
+        def run_stages(self, stage_context, stages):
+            with requesters_reporting():
+                return super().run_stages(stage_context, stages)
+
+        def _execute_bundle(self, runner_execution_context, bundle_context_manager, bundle_input):
+            stage = bundle_context_manager.stage.name
+            handlers = bundle_context_manager.worker_handlers
+            self._bundles.start(stage)
+            for handler in handlers:
+                _REPORTING_HANDLERS[id(handler)] = self._bundles
+            try:
+                with InProcessPoller(handlers, self._bundles, self._progress_seconds):
+                    result = super()._execute_bundle(
+                        runner_execution_context, bundle_context_manager, bundle_input
+                    )
+            finally:
+                for handler in handlers:
+                    _REPORTING_HANDLERS.pop(id(handler), None)
+            self._bundles.finished(stage, result.process_bundle.monitoring_infos)
+            return result
+
+    return LiveFnApiRunner
 
 
 def side_input_view(side) -> tuple[type, object]:
@@ -172,6 +386,49 @@ def dofns_inspected_once() -> Iterator[None]:
         yield
     finally:
         userstate.get_dofn_specs = original
+
+
+# Beam's job service asks its jobs' runners this often for the figures of running bundles.
+_JOB_SERVICE_ASK_SECONDS = 1.0
+
+
+@contextlib.contextmanager
+def job_service_reporting_running_jobs() -> Iterator[None]:
+    """While active, Beam's Python job service (`local_job_service`) runs each job on the
+    FnApiRunner of `fn_api_runner(progress_seconds)` and answers `GetJobMetrics` for a running
+    job with its figures so far, as attempted metrics (what Flink's job service does); Beam's
+    answers nothing until the job is done, then the committed final figures, as before.
+    """
+    _require_tested_beam()
+    from apache_beam.portability.api import beam_job_api_pb2
+    from apache_beam.runners.portability import local_job_service
+
+    job_class, servicer = local_job_service.BeamJob, local_job_service.LocalJobServicer
+    invoke_runner, job_metrics = job_class._invoke_runner, servicer.GetJobMetrics
+
+    def invoke_live_runner(job):
+        job.set_state(beam_job_api_pb2.JobState.RUNNING)
+        job.recordforge_runner = fn_api_runner(
+            _JOB_SERVICE_ASK_SECONDS, provision_info=job._provision_info
+        )
+        return job.recordforge_runner.run_via_runner_api(
+            job._pipeline_proto, job.pipeline_options()
+        )
+
+    def metrics_while_running(service, request, context=None):
+        job = service._jobs.get(request.job_id)
+        runner = getattr(job, "recordforge_runner", None)
+        if job is None or job.result is not None or runner is None:
+            return job_metrics(service, request, context)
+        return beam_job_api_pb2.GetJobMetricsResponse(
+            metrics=beam_job_api_pb2.MetricResults(attempted=runner.monitoring_infos())
+        )
+
+    job_class._invoke_runner, servicer.GetJobMetrics = invoke_live_runner, metrics_while_running
+    try:
+        yield
+    finally:
+        job_class._invoke_runner, servicer.GetJobMetrics = invoke_runner, job_metrics
 
 
 # --- grpc: servers that Beam starts ------------------------------------------------------
