@@ -5,7 +5,7 @@
 #               e.g. make bench ARGS="--large"; see benchmarks/README.md)
 #   make mutate mutation testing of the pure core with mutmut (long; not part of `make test`):
 #               a score per module, the surviving mutants listed (see docs/testing.md);
-#               MUTANTS="recordforge.transforms.core.tfrecord.*" runs some mutants only
+#               MUTANTS="recordforge.transforms.core.tfrecord.framing.*" runs some mutants only
 # recordforge is installed as a package (not in editable mode), as workers will import it;
 # the install is redone whenever a source file changes.
 

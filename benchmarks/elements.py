@@ -23,11 +23,20 @@ from recordforge.schemas.features import FeatureTally
 from recordforge.schemas.manifest import ErrorSummary
 from recordforge.transforms.build import RecordBuilder
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords
-from recordforge.transforms.core.assemble import GatheredResults, assemble_manifest
-from recordforge.transforms.core.declare import declare_features
-from recordforge.transforms.core.labels import LabelMap
-from recordforge.transforms.core.naming import shard_file_name
-from recordforge.transforms.core.placement import FineTotals, place_batch, whole_shards_of
+from recordforge.transforms.core.files.naming import shard_file_name
+from recordforge.transforms.core.planning.assemble import GatheredResults, assemble_manifest
+from recordforge.transforms.core.planning.declare import declare_features
+from recordforge.transforms.core.planning.labels import LabelMap
+from recordforge.transforms.core.planning.placement import FineTotals, place_batch, whole_shards_of
+from recordforge.transforms.core.planning.sharding import (
+    FINE_PER_BUCKET,
+    NUM_BUCKETS,
+    ShardingConfig,
+    SplitStats,
+    fine_buckets_of,
+    human_size,
+    layout_split,
+)
 from recordforge.transforms.core.records import (
     STAGE_PROBE,
     CsvRoles,
@@ -40,15 +49,6 @@ from recordforge.transforms.core.records import (
     piece_rows,
     ref_batch,
     take_pieces,
-)
-from recordforge.transforms.core.sharding import (
-    FINE_PER_BUCKET,
-    NUM_BUCKETS,
-    ShardingConfig,
-    SplitStats,
-    fine_buckets_of,
-    human_size,
-    layout_split,
 )
 from recordforge.transforms.discover import IMAGE_BATCH, _image_candidate
 

@@ -24,12 +24,12 @@ import time
 
 from PIL import Image, ImageDraw
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
-from recordforge.transforms.core.csv_io import CsvReadFailure
-from recordforge.transforms.core.csv_rows import CsvEnd, read_csv_rows
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.image_integrity import check_pixels, check_structure
-from recordforge.transforms.core.images import probe_image_bytes
+from recordforge.transforms.core.images.integrity import check_pixels, check_structure
+from recordforge.transforms.core.images.probe import probe_image_bytes
+from recordforge.transforms.core.tables.rows import CsvEnd, read_csv_rows
+from recordforge.transforms.core.tables.stream import CsvReadFailure
 
 _MUTATIONS = ("flip", "random", "ff", "zero", "delete", "insert", "cut")
 

@@ -29,7 +29,7 @@ MIB = 1 << 20
 def generate(path: str, total_bytes: int, record_bytes: int, seed: int, compress: bool) -> int:
     """Write records until the file holds `total_bytes` of them; returns how many."""
     from recordforge.schemas import codec
-    from recordforge.transforms.core.tfrecord import frame_record
+    from recordforge.transforms.core.tfrecord.framing import frame_record
 
     rng = random.Random(seed)
     # Payloads are slices of one random block: varied, incompressible, cheap to make.

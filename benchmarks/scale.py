@@ -2,7 +2,7 @@
 
     python -m benchmarks.scale --records 100000000 [--mean-kb 100] [--hosts 1] [--workers 1000]
 
-It runs the pipeline's own pure steps (transforms/core/placement.py, the functions PlanShards'
+It runs the pipeline's own pure steps (core/planning/placement.py, the functions PlanShards'
 DoFns call) on batches shaped like the pipeline's: pyarrow RecordBatches of IMAGE_BATCH
 RecordRefs (records.REF_SCHEMA).
 Only the Beam plumbing between them is replaced, by the simplest thing that keeps memory bounded:
@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from recordforge.transforms.core.placement import (
+from recordforge.transforms.core.planning.placement import (
     FineTotals,
     merge_plan_totals,
     place_batch,
@@ -55,8 +55,7 @@ from recordforge.transforms.core.placement import (
     plan_totals,
     whole_shards_of,
 )
-from recordforge.transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
-from recordforge.transforms.core.sharding import (
+from recordforge.transforms.core.planning.sharding import (
     BUCKET_BITS,
     FINE_BITS,
     MIB,
@@ -65,6 +64,7 @@ from recordforge.transforms.core.sharding import (
     fine_buckets_of,
     human_size,
 )
+from recordforge.transforms.core.records import REF_SCHEMA, RefPiece, concat_batches, piece_rows
 from recordforge.transforms.discover import IMAGE_BATCH
 
 SPLIT = "train"

@@ -50,7 +50,7 @@ from recordforge.transforms.core.errors import (
     UsageError,
     VerifyFailed,
 )
-from recordforge.transforms.core.summary import format_plan
+from recordforge.transforms.core.reports.summary import format_plan
 from recordforge.transforms.internals import parser_actions, without_step_suffix
 from recordforge.transforms.write import remove_tree
 

@@ -11,7 +11,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import default_runner, uses_default_runner
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords, PlanDataset
-from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.core.tfrecord.inputs import TFRecordInput
 from recordforge.transforms.examples import ExamplesConfig, ReadTFRecordFiles, WriteExamples
 from recordforge.transforms.internals import dofns_inspected_once, grpc_listeners_on_loopback
 

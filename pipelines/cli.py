@@ -37,8 +37,8 @@ from recordforge.transforms.core.errors import (
     UsageError,
     WorkerLost,
 )
-from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.summary import plural
+from recordforge.transforms.core.planning.sharding import human_size
+from recordforge.transforms.core.reports.summary import plural
 from recordforge.transforms.internals import LOST_WORKER_TEXTS, subcommand_parser
 from recordforge.transforms.staging import JOURNAL, interrupted_commit
 

@@ -15,8 +15,8 @@ from apache_beam.io.filesystems import FileSystems
 from recordforge.schemas import codec
 from recordforge.schemas.manifest import Manifest, ShardInfo, SplitInfo
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
-from recordforge.transforms.core.tfrecord import read_records
+from recordforge.transforms.core.files.naming import MANIFEST_FILE, MANIFEST_FILE_BESIDE_TFDS
+from recordforge.transforms.core.tfrecord.framing import read_records
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.staging import interrupted_commit
 from recordforge.transforms.storage_errors import STORAGE_ERRORS

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from recordforge.pipelines import cli, preflight
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.paths import glob_root, has_glob, parent_folder
+from recordforge.transforms.core.files.paths import glob_root, has_glob, parent_folder
 from recordforge.transforms.internals import action_kind, parser_actions
 
 # `sources` is one parameter holding every SOURCE argument, separated by this.

@@ -1,7 +1,7 @@
 """`recordforge inspect OUT`: a dataset's summary, its first records, and an HTML contact sheet.
 
 The glue between a dataset folder (read through Beam FileSystems, so gs:// works) and the pure
-formatting in transforms.core.summary and transforms.core.contact_sheet.
+formatting in transforms.core.reports.summary and pipelines.inspection.contact_sheet.
 """
 
 from __future__ import annotations
@@ -20,34 +20,34 @@ from apache_beam.io.filesystems import FileSystems
 
 from recordforge.pipelines import preflight
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
-from recordforge.pipelines.runner import beam_options
-from recordforge.schemas import codec
-from recordforge.schemas import features as keys
-from recordforge.transforms.core.contact_sheet import (
+from recordforge.pipelines.inspection.contact_sheet import (
     ContactSheet,
     Sample,
     SampleGroup,
     make_thumbnail,
     render_page,
 )
+from recordforge.pipelines.runner import beam_options
+from recordforge.schemas import codec
+from recordforge.schemas import features as keys
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.labels import named_counts
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.planning.labels import named_counts
 from recordforge.transforms.core.records import ErrorRecord
-from recordforge.transforms.core.statistics import (
+from recordforge.transforms.core.reports.statistics import (
     ERRORS_PER_KIND,
     ErrorSample,
     SampleStats,
     column_keys,
 )
-from recordforge.transforms.core.summary import (
+from recordforge.transforms.core.reports.summary import (
     format_records,
     format_summary,
     label_key,
     preview_record,
     summarize,
 )
-from recordforge.transforms.core.tfrecord import TFRecordCorruption
+from recordforge.transforms.core.tfrecord.framing import TFRecordCorruption
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
 
 EXIT_OK, EXIT_FAILED = 0, 1

@@ -12,17 +12,17 @@ from recordforge.pipelines.source_splits import resolve_source_splits
 from recordforge.pipelines.tables import StagedTable
 from recordforge.transforms.convert import ConvertConfig
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
-from recordforge.transforms.core.labels import LABEL_MODES, STRAY_FILE_MODES
-from recordforge.transforms.core.naming import COMPRESSIONS
-from recordforge.transforms.core.preprocess import (
+from recordforge.transforms.core.files.naming import COMPRESSIONS
+from recordforge.transforms.core.images.preprocess import (
     DEFAULT_QUALITY,
     ENCODINGS,
     RESIZE_MODES,
     Preprocessing,
 )
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.planning.labels import LABEL_MODES, STRAY_FILE_MODES
+from recordforge.transforms.core.planning.sharding import MIB, ShardingConfig
 from recordforge.transforms.core.records import CsvRoles, Source
-from recordforge.transforms.core.sharding import MIB, ShardingConfig
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -266,7 +266,7 @@ def add_error_rate_option(parser: argparse.ArgumentParser) -> None:
 MAX_COUNT = 1_000_000
 MAX_SHARD_MB = 1 << 20  # 1 TiB
 MAX_IMAGE_PIXELS_LIMIT = 1 << 40
-# Options whose values may be file names, which need not be UTF-8 (see transforms.core.filenames).
+# Options whose values may be file names, which need not be UTF-8 (see core.files.filenames).
 _PATH_OPTIONS = frozenset({"sources", "allowed_root"})
 
 

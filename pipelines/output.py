@@ -27,12 +27,16 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.naming import TEMP_DIR_PREFIX, WRITE_TEST_PREFIX, is_control_file
-from recordforge.transforms.core.parts import PART_RECORD_SUFFIX
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.naming import (
+    TEMP_DIR_PREFIX,
+    WRITE_TEST_PREFIX,
+    is_control_file,
+)
+from recordforge.transforms.core.files.parts import PART_RECORD_SUFFIX
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.files.swap import exchange, exchange_available
+from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.records import Source
-from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.swap import exchange, exchange_available
 from recordforge.transforms.listing import list_files
 from recordforge.transforms.lock import LockHeld, LockHolder, acquire_lock, release_lock
 from recordforge.transforms.staging import (

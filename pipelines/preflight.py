@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from apache_beam.io.filesystem import CompressionTypes
 
-from recordforge.schemas.csv_document import MAX_SCHEMA_BYTES
-from recordforge.schemas.csv_schema import (
+from recordforge.schemas.csv.document import MAX_SCHEMA_BYTES
+from recordforge.schemas.csv.schema import (
     CsvSchema,
     SchemaError,
     parse_schema_document,
@@ -32,20 +32,19 @@ from recordforge.schemas.features import (
     LABEL,
     LABEL_TEXT,
 )
-from recordforge.transforms.core.confine import (
+from recordforge.transforms.core.errors import InputError, UsageError
+from recordforge.transforms.core.files.confine import (
     is_within,
     local_path_of_uri,
     normalize_root,
     real_path,
 )
-from recordforge.transforms.core.csv_io import read_sample
-from recordforge.transforms.core.errors import InputError, UsageError
-from recordforge.transforms.core.filenames import display, from_os, to_os
-from recordforge.transforms.core.naming import (
+from recordforge.transforms.core.files.filenames import display, from_os, to_os
+from recordforge.transforms.core.files.naming import (
     is_valid_dataset_name,
     is_valid_split_name,
 )
-from recordforge.transforms.core.paths import (
+from recordforge.transforms.core.files.paths import (
     glob_root,
     has_glob,
     has_scheme,
@@ -54,6 +53,7 @@ from recordforge.transforms.core.paths import (
     relative_path,
 )
 from recordforge.transforms.core.records import CsvRoles, Source
+from recordforge.transforms.core.tables.stream import read_sample
 from recordforge.transforms.listing import list_files
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
@@ -63,7 +63,7 @@ LOGGER = logging.getLogger("recordforge")
 
 def normalize_path(path: str) -> str:
     """Local paths become absolute (workers may run elsewhere), `file://` URIs local paths,
-    names that are not UTF-8 pipeline text (transforms.core.filenames); URLs stay as they are.
+    names that are not UTF-8 pipeline text (transforms.core.files.filenames); URLs stay as they are.
     """
     try:
         path = local_path_of_uri(path)

@@ -23,7 +23,7 @@ from typing import TextIO
 from apache_beam.metrics.metric import MetricsFilter
 
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.sharding import human_size
+from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.internals import forget_cached_metrics
 from recordforge.transforms.progress import (
     BYTES_PLANNED,

@@ -25,12 +25,12 @@ from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_reshard_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.runner import beam_options, check_runner_reachable, runner_args
-from recordforge.schemas.csv_document import SchemaError, load_yaml_document
+from recordforge.schemas.csv.document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.naming import is_valid_split_name
-from recordforge.transforms.core.paths import glob_root, has_glob, is_hidden, relative_path
-from recordforge.transforms.core.tfrecord_inputs import TFRecordInput, is_metadata, split_of
+from recordforge.transforms.core.files.naming import is_valid_split_name
+from recordforge.transforms.core.files.paths import glob_root, has_glob, is_hidden, relative_path
+from recordforge.transforms.core.tfrecord.inputs import TFRecordInput, is_metadata, split_of
 from recordforge.transforms.examples import ExamplesConfig
 from recordforge.transforms.listing import list_files
 

@@ -12,16 +12,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.filenames import from_os, to_os
-from recordforge.transforms.core.paths import has_glob, has_scheme, is_hidden, relative_path
-from recordforge.transforms.core.records import Source
-from recordforge.transforms.core.splits import (
+from recordforge.transforms.core.files.filenames import from_os, to_os
+from recordforge.transforms.core.files.paths import has_glob, has_scheme, is_hidden, relative_path
+from recordforge.transforms.core.planning.splits import (
     SplitNameClash,
     describe_folders,
     ordered_splits,
     split_folders,
     split_of_name,
 )
+from recordforge.transforms.core.records import Source
 from recordforge.transforms.listing import list_files
 
 LOGGER = logging.getLogger("recordforge")

@@ -29,7 +29,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.filenames import from_os
+from recordforge.transforms.core.files.filenames import from_os
 from recordforge.transforms.write import remove_tree
 
 STAGED_NAME = "table.csv"

@@ -1,6 +1,6 @@
 """`recordforge verify`: re-read a dataset through Beam FileSystems, check it against its manifest.
 
-The checks are in transforms/core/verify.py; here the folder is listed, the files are opened
+The checks are in pipelines/inspection/checks.py; here the folder is listed, the files are opened
 (local paths and gs:// alike) and the findings are gathered into a report. No TensorFlow needed.
 """
 
@@ -17,13 +17,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
-from recordforge.schemas.features import DTYPES
-from recordforge.schemas.manifest import ShardInfo
-from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
-from recordforge.transforms.core.paths import has_scheme
-from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.verify import (
+from recordforge.pipelines.inspection.checks import (
     ExampleChecker,
     Finding,
     Findings,
@@ -33,6 +27,12 @@ from recordforge.transforms.core.verify import (
     check_totals,
     check_unlisted,
 )
+from recordforge.schemas.features import DTYPES
+from recordforge.schemas.manifest import ShardInfo
+from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 

@@ -1,4 +1,4 @@
-"""transforms.core.background.ahead: same items and errors, in order; cleanup exactly once."""
+"""core.tables.background.ahead: same items and errors, in order; cleanup exactly once."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from recordforge.transforms.core.background import ahead
+from recordforge.transforms.core.tables.background import ahead
 
 
 def test_yields_every_item_in_order_from_another_thread():

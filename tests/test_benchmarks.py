@@ -79,7 +79,7 @@ def test_an_incomplete_output_is_caught(tmp_path):
         from benchmarks import measure
     finally:
         sys.path.remove(str(ROOT))
-    from recordforge.transforms.core.tfrecord import frame_record
+    from recordforge.transforms.core.tfrecord.framing import frame_record
 
     good = tmp_path / "good.tfrecord"
     good.write_bytes(b"".join(frame_record(b"x" * n) for n in (1, 10, 100)))

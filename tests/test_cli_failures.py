@@ -16,8 +16,8 @@ from conftest import make_image, shard_files
 from recordforge.pipelines.options import tool_version
 from recordforge.transforms import write as write_module
 from recordforge.transforms.convert import ConvertConfig, ConvertToTFRecords
+from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import Source
-from recordforge.transforms.core.sharding import ShardingConfig
 
 
 def _assert_usage_error(result, *phrases):
@@ -178,7 +178,7 @@ def test_a_crash_mid_run_leaves_no_manifest_and_no_partial_shard(
             pipeline | ConvertToTFRecords(config)
     assert calls["n"] >= 150
     assert not (out / "dataset_info.json").exists()
-    from recordforge.transforms.core.tfrecord import read_records
+    from recordforge.transforms.core.tfrecord.framing import read_records
 
     written = shard_files(out)
     for path in written:  # shards that did complete are whole; nothing else has a final name

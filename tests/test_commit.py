@@ -23,8 +23,8 @@ from apache_beam.io.filesystems import FileSystems
 from recordforge.pipelines.dataset import open_dataset
 from recordforge.pipelines.output import choose_staging
 from recordforge.transforms import staging as staging_module
-from recordforge.transforms.core import swap
 from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.files import swap
 from recordforge.transforms.lock import LockHeld, LockHolder, acquire_lock, read_lock, release_lock
 from recordforge.transforms.staging import (
     JOURNAL,

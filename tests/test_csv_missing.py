@@ -10,7 +10,7 @@ import math
 import pytest
 from conftest import make_image, read_dataset
 
-from recordforge.schemas.csv_document import PANDAS_NULL_VALUES
+from recordforge.schemas.csv.document import PANDAS_NULL_VALUES
 
 pd = pytest.importorskip("pandas")
 

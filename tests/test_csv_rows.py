@@ -1,4 +1,4 @@
-"""Tests for transforms.core.csv_rows: reading CSV files as typed rows with exact row numbers."""
+"""Tests for transforms.core.tables.rows: reading CSV files as typed rows with exact row numbers."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema, resolve_schema
-from recordforge.transforms.core.csv_io import CsvReadFailure, read_sample
-from recordforge.transforms.core.csv_rows import CsvEnd, ParsedRow, RowError, read_csv_rows
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema, resolve_schema
 from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.tables.rows import CsvEnd, ParsedRow, RowError, read_csv_rows
+from recordforge.transforms.core.tables.stream import CsvReadFailure, read_sample
 
 BLOCK_SIZES = (64, 128, 1 << 20)
 
@@ -230,7 +230,7 @@ def test_a_row_larger_than_the_block_is_read_whole():
 
 
 def test_a_row_larger_than_the_limit_stops_the_file_naming_it():
-    from recordforge.transforms.core.csv_io import RecordStream
+    from recordforge.transforms.core.tables.stream import RecordStream
 
     data = b"a,b\n1,x\n2," + b"y" * 5000 + b"\n3,z\n"
     stream = RecordStream(io.BytesIO(data), block_size=64, max_record_bytes=1000)
@@ -477,7 +477,7 @@ def test_inferred_schema_reads_its_own_file():
 
 def test_does_not_import_beam_or_tensorflow():
     code = (
-        "import sys, recordforge.transforms.core.csv_rows, recordforge.schemas.csv_schema\n"
+        "import sys, recordforge.transforms.core.tables.rows, recordforge.schemas.csv.schema\n"
         "bad = [m for m in sys.modules if m.split('.')[0] in ('apache_beam', 'tensorflow')]\n"
         "assert not bad, bad\n"
     )
@@ -677,7 +677,7 @@ class _ReadOnly:
     readinto=st.booleans(),
 )
 def test_record_stream_returns_exactly_the_data_in_whole_records(data, block, readinto):
-    from recordforge.transforms.core.csv_io import RecordStream
+    from recordforge.transforms.core.tables.stream import RecordStream
 
     expected = data + (b"\n" if data and not data.endswith(b"\n") else b"")
     stream = RecordStream(io.BytesIO(data) if readinto else _ReadOnly(data), block_size=block)
@@ -702,8 +702,8 @@ def test_record_stream_returns_exactly_the_data_in_whole_records(data, block, re
 def test_a_fingerprint_covers_every_byte_read_with_or_without_readinto():
     import google_crc32c
 
-    from recordforge.transforms.core.csv_io import RecordStream
-    from recordforge.transforms.core.fingerprint import FingerprintingStream
+    from recordforge.transforms.core.tables.fingerprint import FingerprintingStream
+    from recordforge.transforms.core.tables.stream import RecordStream
 
     data = b"".join(b"%d,row %d\n" % (i, i) for i in range(5000))
 

@@ -1,4 +1,4 @@
-"""Tests for schemas.csv_schema: schema documents, inference, resolution and sampling."""
+"""Tests for schemas.csv.schema: schema documents, inference, resolution and sampling."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from recordforge.schemas.csv_document import PANDAS_NULL_VALUES
-from recordforge.schemas.csv_schema import (
+from recordforge.schemas.csv.document import PANDAS_NULL_VALUES
+from recordforge.schemas.csv.schema import (
     DTYPES,
     ColumnSpec,
     CsvSchema,
@@ -18,8 +18,8 @@ from recordforge.schemas.csv_schema import (
     parse_schema_document,
     resolve_schema,
 )
-from recordforge.transforms.core.csv_io import read_sample
 from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.tables.stream import read_sample
 
 BRIEF_DOCUMENT = """\
 delimiter: ","

@@ -16,8 +16,8 @@ from recordforge.schemas.example_size import (
     varint_sizes,
 )
 from recordforge.transforms.build import build_record
-from recordforge.transforms.core.keys import SplitChooser
-from recordforge.transforms.core.labels import LabelMap
+from recordforge.transforms.core.planning.keys import SplitChooser
+from recordforge.transforms.core.planning.labels import LabelMap
 from recordforge.transforms.core.records import Candidate, ImageInfo
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

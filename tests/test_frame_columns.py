@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.transforms.core import frame_columns
-from recordforge.transforms.core.frame_columns import (
+from recordforge.transforms.core.tfrecord import frame_columns
+from recordforge.transforms.core.tfrecord.frame_columns import (
     frame_binary_array,
     frame_in_order,
     index_lines,
     record_lengths,
 )
-from recordforge.transforms.core.tfrecord import frame_record, read_records
+from recordforge.transforms.core.tfrecord.framing import frame_record, read_records
 
 
 def frame_records(records):

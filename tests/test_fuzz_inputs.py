@@ -19,12 +19,12 @@ from conftest import make_image, read_errors, run_cli
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
-from recordforge.transforms.core.csv_io import CsvReadFailure
-from recordforge.transforms.core.csv_rows import CsvEnd, read_csv_rows
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.image_integrity import check_structure
-from recordforge.transforms.core.images import probe_image_bytes
+from recordforge.transforms.core.images.integrity import check_structure
+from recordforge.transforms.core.images.probe import probe_image_bytes
+from recordforge.transforms.core.tables.rows import CsvEnd, read_csv_rows
+from recordforge.transforms.core.tables.stream import CsvReadFailure
 
 QUICK = settings(
     max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True

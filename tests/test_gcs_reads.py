@@ -20,7 +20,7 @@ from test_gcs import assert_same_dataset, download, local_files, upload
 from recordforge.transforms.core.errors import InputError
 from recordforge.transforms.probe import probe_file
 
-# The probe's first read, and its second when a header needs more (transforms.core.images).
+# The probe's first read, and its second when a header needs more (transforms.core.images.probe).
 FIRST_READ = 16 * 1024
 HEAD_READ = 64 * 1024
 # One byte over each read is the reader's (google-cloud-storage asks for an inclusive range one

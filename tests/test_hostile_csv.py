@@ -19,11 +19,11 @@ from conftest import read_errors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
-from recordforge.transforms.core.consumed import CsvLedger, CsvReceipt
-from recordforge.transforms.core.csv_io import CsvReadFailure, RecordStream
-from recordforge.transforms.core.csv_rows import CsvEnd, ParsedRow, RowError, read_csv_rows
-from recordforge.transforms.core.csv_scan import CsvScanner, record_fields
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
+from recordforge.transforms.core.tables.receipts import CsvLedger, CsvReceipt
+from recordforge.transforms.core.tables.rows import CsvEnd, ParsedRow, RowError, read_csv_rows
+from recordforge.transforms.core.tables.scan import CsvScanner, record_fields
+from recordforge.transforms.core.tables.stream import CsvReadFailure, RecordStream
 
 
 def _manifest(out):
@@ -192,8 +192,8 @@ class _FailingStream(io.RawIOBase):
 
 
 def test_an_io_error_in_the_middle_stops_the_file_where_it_happened():
-    from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
-    from recordforge.transforms.core.csv_rows import read_csv_rows
+    from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
+    from recordforge.transforms.core.tables.rows import read_csv_rows
 
     schema = CsvSchema((ColumnSpec("a", "a", "int64"), ColumnSpec("b", "b", "bytes")))
     data = b"a,b\n" + b"".join(b"%d,row%d\n" % (i, i) for i in range(1, 5000))

@@ -16,8 +16,8 @@ from conftest import make_image, read_errors
 from PIL import Image
 
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.image_integrity import check_pixels, check_structure
-from recordforge.transforms.core.images import probe_image_bytes
+from recordforge.transforms.core.images.integrity import check_pixels, check_structure
+from recordforge.transforms.core.images.probe import probe_image_bytes
 from recordforge.transforms.core.records import RecordRef
 from recordforge.transforms.probe import probe_file
 from recordforge.transforms.write import read_payload

@@ -14,8 +14,8 @@ from conftest import make_image
 from PIL import Image
 
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.image_integrity import check_structure
-from recordforge.transforms.core.images import probe_image_bytes
+from recordforge.transforms.core.images.integrity import check_structure
+from recordforge.transforms.core.images.probe import probe_image_bytes
 
 FUZZED = Path(__file__).parent / "data" / "fuzzed_images"
 

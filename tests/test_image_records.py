@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from recordforge.transforms.build import RecordBuilder, build_record
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.image_records import plan_image_records, plannable_in_bulk
-from recordforge.transforms.core.keys import SplitChooser
-from recordforge.transforms.core.labels import LabelMap, UnknownLabel
+from recordforge.transforms.core.images.records import plan_image_records, plannable_in_bulk
+from recordforge.transforms.core.planning.keys import SplitChooser
+from recordforge.transforms.core.planning.labels import LabelMap, UnknownLabel
 from recordforge.transforms.core.records import (
     STAGE_RECORD,
     Candidate,

@@ -1,4 +1,4 @@
-"""Tests for transforms.core.images: probing image headers, channel counts and rejections."""
+"""Tests for transforms.core.images.probe: probing image headers, channel counts and rejections."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageFile, WebPImagePlugin
 
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.images import (
+from recordforge.transforms.core.images.probe import (
     DEFAULT_MAX_PIXELS,
     SUPPORTED_FORMATS,
     ImageFacts,

@@ -22,8 +22,8 @@ from PIL import Image, ImageDraw
 from recordforge.pipelines import cli
 from recordforge.pipelines.dataset import open_dataset
 from recordforge.schemas import codec
-from recordforge.transforms.core.sharding import human_size
-from recordforge.transforms.core.tfrecord import frame_record
+from recordforge.transforms.core.planning.sharding import human_size
+from recordforge.transforms.core.tfrecord.framing import frame_record
 
 # Class folders of distinctive colours, so a test can tell from the pixels which class a
 # thumbnail shows. The last name is user data that must be escaped everywhere in the page.

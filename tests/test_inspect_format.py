@@ -10,19 +10,19 @@ import json
 import pytest
 from PIL import Image, ImageDraw
 
-from recordforge.schemas.features import FeatureSpec
-from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
-from recordforge.transforms.core.assemble import GatheredResults, count_labels
-from recordforge.transforms.core.contact_sheet import (
+from recordforge.pipelines.inspection.contact_sheet import (
     ContactSheet,
     Sample,
     SampleGroup,
     make_thumbnail,
     render_page,
 )
-from recordforge.transforms.core.labels import LabelMap, named_counts
+from recordforge.schemas.features import FeatureSpec
+from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
+from recordforge.transforms.core.planning.assemble import GatheredResults, count_labels
+from recordforge.transforms.core.planning.labels import LabelMap, named_counts
 from recordforge.transforms.core.records import ErrorFileResult, ShardResult
-from recordforge.transforms.core.summary import (
+from recordforge.transforms.core.reports.summary import (
     bar,
     describe_image,
     format_bytes,

@@ -8,9 +8,7 @@ import hashlib
 
 import pytest
 
-from recordforge.transforms.core.keys import SplitChooser, hash_of, order_key
-from recordforge.transforms.core.labels import LabelTally, resolve_labels
-from recordforge.transforms.core.naming import (
+from recordforge.transforms.core.files.naming import (
     index_file_name,
     indexed_shard,
     is_dataset_file,
@@ -18,7 +16,7 @@ from recordforge.transforms.core.naming import (
     shard_file_name,
     shard_file_pattern,
 )
-from recordforge.transforms.core.paths import (
+from recordforge.transforms.core.files.paths import (
     glob_root,
     is_csv,
     is_hidden,
@@ -26,6 +24,8 @@ from recordforge.transforms.core.paths import (
     relative_path,
     resolve_reference,
 )
+from recordforge.transforms.core.planning.keys import SplitChooser, hash_of, order_key
+from recordforge.transforms.core.planning.labels import LabelTally, resolve_labels
 
 
 def test_order_key_is_salted():

@@ -8,14 +8,14 @@ import pytest
 
 from recordforge.schemas.features import DeclaredFeature, FeatureSpec, FeatureTally, derive_specs
 from recordforge.schemas.manifest import Manifest
-from recordforge.transforms.core.assemble import (
+from recordforge.transforms.core.planning.assemble import (
     assemble_manifest,
     error_rate_message,
     summarize_errors,
 )
-from recordforge.transforms.core.labels import LabelMap
+from recordforge.transforms.core.planning.labels import LabelMap
+from recordforge.transforms.core.planning.sharding import ShardingConfig, SplitStats, layout_split
 from recordforge.transforms.core.records import ErrorFileResult, InputCounts, ShardResult
-from recordforge.transforms.core.sharding import ShardingConfig, SplitStats, layout_split
 
 DECLARED = (
     DeclaredFeature("age", "int64"),

@@ -1,4 +1,4 @@
-"""CSV cell parsing (schemas/csv_cells.py) of one text, as schema defaults use it.
+"""CSV cell parsing (schemas/csv/cells.py) of one text, as schema defaults use it.
 
 Written for mutation testing (docs/testing.md): `parse_text` had no test of its own.
 """
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from recordforge.schemas.csv_cells import parse_text
+from recordforge.schemas.csv.cells import parse_text
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The image probe (transforms/core/images.py, image_formats.py) on files the other tests lack.
+"""The image probe (core/images/probe.py, formats.py) on files the other tests lack.
 
 Written for mutation testing (docs/testing.md): WebP files whose VP8X alpha flag and bitstream
 disagree (TensorFlow is the oracle for their channels), OS/2 BMPs, corrupt WebP bitstream
@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.images import (
+from recordforge.transforms.core.images.probe import (
     ImageFacts,
     _describe,
     decode_image_bytes,

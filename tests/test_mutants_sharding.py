@@ -11,10 +11,10 @@ from unittest import mock
 
 import numpy as np
 
-from recordforge.transforms.core import placement
-from recordforge.transforms.core.keys import order_key
-from recordforge.transforms.core.placement import FineTotals
-from recordforge.transforms.core.sharding import (
+from recordforge.transforms.core.planning import placement
+from recordforge.transforms.core.planning.keys import order_key
+from recordforge.transforms.core.planning.placement import FineTotals
+from recordforge.transforms.core.planning.sharding import (
     FINE_PER_BUCKET,
     NUM_BUCKETS,
     ShardingConfig,

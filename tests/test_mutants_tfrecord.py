@@ -11,8 +11,8 @@ from unittest import mock
 
 import pytest
 
-from recordforge.transforms.core import tfrecord
-from recordforge.transforms.core.tfrecord import (
+from recordforge.transforms.core.tfrecord import framing as tfrecord
+from recordforge.transforms.core.tfrecord.framing import (
     TRUNCATED,
     FramingProblem,
     TFRecordCorruption,

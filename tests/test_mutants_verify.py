@@ -1,4 +1,4 @@
-"""verify's checks (transforms/core/verify.py) where a broken check went unnoticed.
+"""verify's checks (pipelines/inspection/checks.py) where a broken check went unnoticed.
 
 Written for mutation testing (docs/testing.md): each test fails if the check it names is
 weakened (a comparison turned one-sided, a condition dropped).
@@ -13,11 +13,7 @@ from unittest import mock
 import pytest
 from conftest import make_image
 
-from recordforge.schemas import codec
-from recordforge.schemas.features import FeatureSpec
-from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
-from recordforge.transforms.core.tfrecord import frame_record
-from recordforge.transforms.core.verify import (
+from recordforge.pipelines.inspection.checks import (
     WARNING,
     ExampleChecker,
     Finding,
@@ -28,6 +24,10 @@ from recordforge.transforms.core.verify import (
     check_totals,
     check_unlisted,
 )
+from recordforge.schemas import codec
+from recordforge.schemas.features import FeatureSpec
+from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
+from recordforge.transforms.core.tfrecord.framing import frame_record
 
 SPEC = {
     "id": FeatureSpec("int64", (), False),

@@ -6,7 +6,7 @@ import pytest
 
 from recordforge.pipelines.preflight import default_name, normalize_path, parse_splits
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.keys import SplitChooser
+from recordforge.transforms.core.planning.keys import SplitChooser
 
 
 def test_parse_splits_keeps_what_was_typed():

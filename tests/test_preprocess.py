@@ -17,8 +17,8 @@ from recordforge.schemas import codec
 from recordforge.schemas import features as keys
 from recordforge.schemas.spliced import serialize_around
 from recordforge.transforms.core.errors import InputError, UsageError
-from recordforge.transforms.core.images import probe_image_bytes
-from recordforge.transforms.core.preprocess import Preprocessing, preprocess, stored_record
+from recordforge.transforms.core.images.preprocess import Preprocessing, preprocess, stored_record
+from recordforge.transforms.core.images.probe import probe_image_bytes
 
 MULTI_PROCESS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
 

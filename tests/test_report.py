@@ -18,15 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from recordforge.pipelines.inspection.report_html import BAR_WIDTH, bar_chart
 from recordforge.transforms.core.records import ErrorRecord
-from recordforge.transforms.core.report_html import BAR_WIDTH, bar_chart
-from recordforge.transforms.core.statistics import (
+from recordforge.transforms.core.reports.statistics import (
     ErrorSample,
     SampleStats,
     column_keys,
     int_histogram,
 )
-from recordforge.transforms.core.summary import format_plan
+from recordforge.transforms.core.reports.summary import format_plan
 
 LAPTOP = (1100, 800)  # CSS pixels: a small laptop screen
 BAR_COLOUR = (0x4A, 0x7B, 0xD0)

@@ -17,7 +17,7 @@ import pytest
 from conftest import read_dataset, read_errors, run_cli, shard_files
 
 import recordforge
-from recordforge.transforms.core.tfrecord import frame_record, read_records
+from recordforge.transforms.core.tfrecord.framing import frame_record, read_records
 
 SMALL_SHARDS = ("--min-shard-mb", "0.05", "--max-shard-mb", "0.2")
 

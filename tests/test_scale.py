@@ -1,6 +1,6 @@
 """The scale simulation (benchmarks/scale.py) on a small size: structure and real invariants.
 
-The simulation runs the pipeline's own placement steps (transforms/core/placement.py); here its
+The simulation runs the pipeline's own placement steps (core/planning/placement.py); here its
 result is compared with the definition of the assignment (assign_all over the whole split in
 order-key order), so a simulation that drifted from the pipeline, or lost a record, fails.
 Nothing here is timed.
@@ -16,8 +16,8 @@ import sys
 
 import pytest
 
+from recordforge.transforms.core.planning.sharding import MIB, ShardingConfig, assign_all
 from recordforge.transforms.core.records import concat_batches
-from recordforge.transforms.core.sharding import MIB, ShardingConfig, assign_all
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # benchmarks/ is not installed with the package

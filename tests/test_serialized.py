@@ -20,9 +20,9 @@ from recordforge.schemas.features import (
 )
 from recordforge.schemas.values import UnusableValue, example_from_values
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.keys import SplitChooser, content_key, order_key
+from recordforge.transforms.core.planning.keys import SplitChooser, content_key, order_key
 from recordforge.transforms.core.records import REF_SCHEMA, refs_of
-from recordforge.transforms.core.serialized import SerializedRecords, serialized_element
+from recordforge.transforms.core.tfrecord.serialized import SerializedRecords, serialized_element
 
 
 def example(**features) -> bytes:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.transforms.core import placement
-from recordforge.transforms.core.keys import order_key
-from recordforge.transforms.core.placement import (
+from recordforge.transforms.core.planning import placement
+from recordforge.transforms.core.planning.keys import order_key
+from recordforge.transforms.core.planning.placement import (
     FineTotals,
     bucket_totals,
     build_layouts,
@@ -27,8 +27,7 @@ from recordforge.transforms.core.placement import (
     refine_layouts,
     whole_shards_of,
 )
-from recordforge.transforms.core.records import RecordRef, concat_batches, piece_rows, ref_batch
-from recordforge.transforms.core.sharding import (
+from recordforge.transforms.core.planning.sharding import (
     FINE_BITS,
     FINE_PER_BUCKET,
     MIB,
@@ -43,6 +42,7 @@ from recordforge.transforms.core.sharding import (
     layout_split,
     plan_shards,
 )
+from recordforge.transforms.core.records import RecordRef, concat_batches, piece_rows, ref_batch
 
 GIB, TIB = 1 << 30, 1 << 40
 IMAGE = 110_000  # a typical JPEG record, in bytes

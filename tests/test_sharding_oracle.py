@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.transforms.core.keys import order_key
-from recordforge.transforms.core.placement import (
+from recordforge.transforms.core.planning.keys import order_key
+from recordforge.transforms.core.planning.placement import (
     FineTotals,
     bucket_totals,
     fine_totals,
@@ -25,8 +25,13 @@ from recordforge.transforms.core.placement import (
     plan_totals,
     whole_shards_of,
 )
+from recordforge.transforms.core.planning.sharding import (
+    MIB,
+    ShardingConfig,
+    SplitStats,
+    plan_shards,
+)
 from recordforge.transforms.core.records import RecordRef, concat_batches, ref_batch
-from recordforge.transforms.core.sharding import MIB, ShardingConfig, SplitStats, plan_shards
 
 GIB = 1 << 30
 

@@ -13,7 +13,8 @@ from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
+from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import (
     REF_SCHEMA,
     SMALL_PIECE_ROWS,
@@ -23,7 +24,6 @@ from recordforge.transforms.core.records import (
     ref_batch,
     refs_of,
 )
-from recordforge.transforms.core.sharding import ShardingConfig
 from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.spill import SpillWriter, unspilled
 from recordforge.transforms.table import PlaceTable, ReadTable

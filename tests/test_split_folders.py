@@ -10,7 +10,7 @@ import zlib
 import pytest
 from conftest import make_image, read_dataset, read_errors
 
-from recordforge.transforms.core.splits import (
+from recordforge.transforms.core.planning.splits import (
     SplitNameClash,
     describe_folders,
     ordered_splits,

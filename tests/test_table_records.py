@@ -6,12 +6,12 @@ import collections
 
 import pytest
 
-from recordforge.schemas.csv_schema import ColumnSpec, CsvSchema
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
 from recordforge.transforms.build import RecordBuilder
-from recordforge.transforms.core.csv_rows import CsvEnd, RowError, read_csv_batches
-from recordforge.transforms.core.labels import LabelTally, resolve_labels
+from recordforge.transforms.core.planning.labels import LabelTally, resolve_labels
 from recordforge.transforms.core.records import Candidate, CsvRoles, ErrorRecord, Source, refs_of
-from recordforge.transforms.core.table_records import TableRecords
+from recordforge.transforms.core.tables.records import TableRecords
+from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_batches
 from recordforge.transforms.discover import _ReadCsvFn
 
 SCHEMA = CsvSchema(

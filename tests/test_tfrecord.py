@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recordforge.transforms.core.tfrecord import (
+from recordforge.transforms.core.tfrecord.framing import (
     FRAMING_BYTES,
     TFRecordCorruption,
     frame_pieces,

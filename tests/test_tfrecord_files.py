@@ -7,8 +7,7 @@ import io
 
 import pytest
 
-from recordforge.transforms.core.tfrecord import frame_record
-from recordforge.transforms.core.tfrecord_files import (
+from recordforge.transforms.core.tfrecord.files import (
     BAD_LENGTH_CRC,
     BAD_RECORD_CRC,
     CORRUPT_GZIP,
@@ -19,7 +18,8 @@ from recordforge.transforms.core.tfrecord_files import (
     compression_of,
     read_file_records,
 )
-from recordforge.transforms.core.tfrecord_inputs import is_metadata, split_of
+from recordforge.transforms.core.tfrecord.framing import frame_record
+from recordforge.transforms.core.tfrecord.inputs import is_metadata, split_of
 
 RECORDS = [b"first", b"", b"x" * 300, b"last one"]
 PLAIN = b"".join(frame_record(r) for r in RECORDS)

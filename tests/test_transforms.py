@@ -16,7 +16,8 @@ from conftest import make_image
 
 from recordforge.schemas import codec
 from recordforge.transforms.build import BuildRecords, CollectLabels
-from recordforge.transforms.core.keys import order_key
+from recordforge.transforms.core.planning.keys import order_key
+from recordforge.transforms.core.planning.sharding import ShardingConfig, assign_all
 from recordforge.transforms.core.records import (
     Candidate,
     CsvRoles,
@@ -31,8 +32,7 @@ from recordforge.transforms.core.records import (
     take_piece,
     take_pieces,
 )
-from recordforge.transforms.core.sharding import ShardingConfig, assign_all
-from recordforge.transforms.core.tfrecord import FRAMING_BYTES, frame_record
+from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES, frame_record
 from recordforge.transforms.discover import ListInputs
 from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.write import _WriteShardFn, publish
@@ -280,7 +280,7 @@ def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_one
     error record, the others are framed exactly, with the index locating them."""
     images = tmp_path / "in"
     images.mkdir()
-    # Real images: the writer checks their structure too (transforms.core.image_integrity).
+    # Real images: the writer checks their structure too (transforms.core.images.integrity).
     contents = {
         name: make_image(images / name, "PNG", size=(20 + 7 * i, 10), seed=i)
         for i, name in enumerate("abcd")

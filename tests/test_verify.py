@@ -20,7 +20,7 @@ import pytest
 from apache_beam.io.filesystem import BeamIOError, FileMetadata, FileSystem
 from conftest import make_image, run_cli
 
-from recordforge.transforms.core.verify import CHECKS
+from recordforge.pipelines.inspection.checks import CHECKS
 
 NAME = "pets"
 

@@ -1,4 +1,4 @@
-"""The pure checks of `verify` (transforms/core/verify.py) and the TFRecord scanner, on bytes."""
+"""The pure checks of `verify` (pipelines/inspection/checks.py) and the TFRecord scanner."""
 
 from __future__ import annotations
 
@@ -10,18 +10,7 @@ import sys
 import pytest
 from conftest import make_image
 
-from recordforge.schemas import codec
-from recordforge.schemas.features import FeatureSpec
-from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
-from recordforge.transforms.core.tfrecord import (
-    DATA_CRC,
-    LENGTH_CRC,
-    TRUNCATED,
-    FramingProblem,
-    frame_record,
-    scan_records,
-)
-from recordforge.transforms.core.verify import (
+from recordforge.pipelines.inspection.checks import (
     CHECKS,
     WARNING,
     ExampleChecker,
@@ -32,6 +21,17 @@ from recordforge.transforms.core.verify import (
     check_file,
     check_totals,
     check_unlisted,
+)
+from recordforge.schemas import codec
+from recordforge.schemas.features import FeatureSpec
+from recordforge.schemas.manifest import ErrorSummary, Manifest, ShardInfo, SplitInfo
+from recordforge.transforms.core.tfrecord.framing import (
+    DATA_CRC,
+    LENGTH_CRC,
+    TRUNCATED,
+    FramingProblem,
+    frame_record,
+    scan_records,
 )
 
 SPEC = {
@@ -488,7 +488,7 @@ def test_stray_files_and_temporary_folders():
 def test_the_checks_need_neither_beam_nor_tensorflow():
     code = (
         "import sys; sys.modules['apache_beam'] = None; sys.modules['tensorflow'] = None; "
-        "import recordforge.transforms.core.verify"
+        "import recordforge.pipelines.inspection.checks"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -25,8 +25,8 @@ from write_dataset_pipeline import NUM_ELEMENTS, keep, make_record
 import recordforge
 from recordforge.schemas import codec
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.serialized import serialized_element
-from recordforge.transforms.core.tfrecord import frame_record, read_records
+from recordforge.transforms.core.tfrecord.framing import frame_record, read_records
+from recordforge.transforms.core.tfrecord.serialized import serialized_element
 
 SCRIPT = pathlib.Path(__file__).with_name("write_dataset_pipeline.py")
 FN_API_RUNNER = "--runner=apache_beam.runners.portability.fn_api_runner.FnApiRunner"

@@ -14,17 +14,17 @@ from recordforge.schemas.features import FeatureTally
 from recordforge.schemas.spliced import serialize_around, widen_empty_value
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.filenames import name_bytes
-from recordforge.transforms.core.image_records import (
+from recordforge.transforms.core.files.filenames import name_bytes
+from recordforge.transforms.core.images.preprocess import NO_PREPROCESSING, Preprocessing
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.images.records import (
     plan_image_records,
     plannable_in_bulk,
     record_label,
     source_of,
 )
-from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
-from recordforge.transforms.core.keys import SplitChooser, order_key
-from recordforge.transforms.core.labels import LabelMap, LabelTally, resolve_labels
-from recordforge.transforms.core.preprocess import NO_PREPROCESSING, Preprocessing
+from recordforge.transforms.core.planning.keys import SplitChooser, order_key
+from recordforge.transforms.core.planning.labels import LabelMap, LabelTally, resolve_labels
 from recordforge.transforms.core.records import (
     STAGE_RECORD,
     Candidate,
@@ -33,7 +33,7 @@ from recordforge.transforms.core.records import (
     RecordRef,
     ref_batch,
 )
-from recordforge.transforms.core.tfrecord import FRAMING_BYTES
+from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES
 from recordforge.transforms.internals import in_global_window
 
 ERRORS = "errors"
@@ -129,7 +129,7 @@ class RecordBuilder:
         with_examples: False when only planning: records of image files then carry their
             exact size but no serialized Example (see build_record).
         preprocessing: what the writer will do to each image; the records then describe the
-            stored image as predicted (transforms.core.preprocess), sized by an estimate.
+            stored image as predicted (transforms.core.images.preprocess), sized by an estimate.
         max_pixels: the pixel limit, which a resized image must also keep.
     """
 

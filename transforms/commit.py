@@ -15,17 +15,17 @@ from apache_beam.io.filesystems import FileSystems
 from recordforge.schemas import tfds_metadata
 from recordforge.schemas.features import DeclaredFeature
 from recordforge.transforms.combiners import TallyCombineFn
-from recordforge.transforms.core import skipped
-from recordforge.transforms.core.assemble import (
+from recordforge.transforms.core.errors import ErrorRateExceeded
+from recordforge.transforms.core.files import skipped
+from recordforge.transforms.core.files.naming import (
+    MANIFEST_FILE,
+    MANIFEST_FILE_BESIDE_TFDS,
+)
+from recordforge.transforms.core.planning.assemble import (
     GatheredResults,
     assemble_manifest,
     error_rate_message,
     summarize_errors,
-)
-from recordforge.transforms.core.errors import ErrorRateExceeded
-from recordforge.transforms.core.naming import (
-    MANIFEST_FILE,
-    MANIFEST_FILE_BESIDE_TFDS,
 )
 from recordforge.transforms.lock import release_lock
 from recordforge.transforms.progress import LOGGER

@@ -9,21 +9,21 @@ from dataclasses import dataclass, field
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.schemas.csv_schema import CsvSchema
+from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
 from recordforge.transforms.build import TALLY, BuildRecords, CollectLabels
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
-from recordforge.transforms.core import skipped
-from recordforge.transforms.core.assemble import split_order
-from recordforge.transforms.core.consumed import CsvLedger
-from recordforge.transforms.core.declare import csv_feature_columns, declare_features
 from recordforge.transforms.core.errors import InputIncomplete
-from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
-from recordforge.transforms.core.preprocess import Preprocessing
+from recordforge.transforms.core.files import skipped
+from recordforge.transforms.core.images.preprocess import Preprocessing
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.planning.assemble import split_order
+from recordforge.transforms.core.planning.declare import csv_feature_columns, declare_features
+from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import CsvRoles, InputCounts, Source
-from recordforge.transforms.core.sharding import ShardingConfig
-from recordforge.transforms.core.statistics import ErrorSample
+from recordforge.transforms.core.reports.statistics import ErrorSample
+from recordforge.transforms.core.tables.receipts import CsvLedger
 from recordforge.transforms.discover import CSV_FILES, IGNORED, RECEIPTS, ListInputs
 from recordforge.transforms.probe import ProbeImages
 from recordforge.transforms.shard import PlanShards
@@ -61,7 +61,7 @@ class ConvertConfig:
             re-encode, channels); the default stores image files as they are.
         follow_symlinks: follow symbolic links to folders, also out of a source.
         allowed_roots: when not empty, the only folders (local or URL prefixes) files may be
-            opened under, symbolic links resolved (transforms.core.confine).
+            opened under, symbolic links resolved (transforms.core.files.confine).
         stray_files: "error" or "unlabeled": what becomes of an image outside the class
             folders of a labelled folder source.
         run_id: the run's id (in its lock and commit journal).

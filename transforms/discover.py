@@ -5,23 +5,21 @@ from __future__ import annotations
 import apache_beam as beam
 
 from recordforge.schemas import codec
-from recordforge.schemas.csv_schema import CsvSchema
-from recordforge.transforms.core import skipped
-from recordforge.transforms.core.confine import local_path_of_uri
-from recordforge.transforms.core.consumed import CsvReceipt
-from recordforge.transforms.core.csv_io import CsvReadFailure
-from recordforge.transforms.core.csv_rows import CsvEnd, RowError, read_csv_rows
-from recordforge.transforms.core.declare import csv_feature_columns
+from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.transforms.core.errors import InputError, InputIncomplete
-from recordforge.transforms.core.filenames import MARK, display
-from recordforge.transforms.core.naming import is_valid_split_name
-from recordforge.transforms.core.overlap import Owners
-from recordforge.transforms.core.paths import (
+from recordforge.transforms.core.files import skipped
+from recordforge.transforms.core.files.confine import local_path_of_uri
+from recordforge.transforms.core.files.filenames import MARK, display
+from recordforge.transforms.core.files.naming import is_valid_split_name
+from recordforge.transforms.core.files.overlap import Owners
+from recordforge.transforms.core.files.paths import (
     is_hidden,
     parent_folder,
     relative_path,
     resolve_reference,
 )
+from recordforge.transforms.core.files.walk import FILE, FOLDER_LINK, HIDDEN, PROBLEM
+from recordforge.transforms.core.planning.declare import csv_feature_columns
 from recordforge.transforms.core.records import (
     STAGE_DISCOVER,
     STAGE_READ,
@@ -31,7 +29,9 @@ from recordforge.transforms.core.records import (
     Source,
     pack,
 )
-from recordforge.transforms.core.walk import FILE, FOLDER_LINK, HIDDEN, PROBLEM
+from recordforge.transforms.core.tables.receipts import CsvReceipt
+from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_rows
+from recordforge.transforms.core.tables.stream import CsvReadFailure
 from recordforge.transforms.listing import list_entries
 from recordforge.transforms.progress import INPUTS_LISTED, Progress, counter
 from recordforge.transforms.remote_reads import OpenedCsv, open_csv
@@ -57,11 +57,11 @@ class ListInputs(beam.PTransform):
         errors: PCollection[ErrorRecord] for what was listed but cannot be an input (a FIFO, an
             unreadable folder, ...), and CSV rows and files that cannot be read.
         ignored: PCollection[(reason, path)] of what is not an input, for the manifest's counts
-            (see core.skipped): hidden files (.DS_Store, .git/...), files reached a second
+            (see core.files.skipped): hidden files (.DS_Store, .git/...), files reached a second
             time, links to folders not followed.
         csv_files: with a CSV schema and read_csv=False only: PCollection[(Source, path)] of the
             CSV files, whose rows are then not read here (transforms.table.ReadTable reads them).
-        receipts: PCollection[CsvReceipt], one per CSV file read here (see core.consumed).
+        receipts: PCollection[CsvReceipt], one per CSV file read here (see core.tables.receipts).
     """
 
     def __init__(
@@ -385,7 +385,7 @@ def image_reference(cell: str, csv_path: str, references: str = "") -> str:
 
     Raises:
         InputError: `BadCell` for a path holding a NUL character (no file has one; the pipeline
-            marks undecodable name bytes with it, see core.filenames); `UnsupportedPath` for a
+            marks undecodable name bytes with it, see core.files.filenames); `UnsupportedPath` for a
             `file://` URI of another host.
     """
     if MARK in cell:

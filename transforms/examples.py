@@ -2,7 +2,7 @@
 
 Both paths start with tf.train.Example records that exist already: WriteDataset's in a user's
 PCollection, reshard's in TFRecord files. Their first step parks them: each record is checked,
-keyed by its bytes, given a split and sized (transforms/core/serialized.py), and each block of
+keyed by its bytes, given a split and sized (core/tfrecord/serialized.py), and each block of
 records is appended to a spill file in the run's temporary folder (transforms/spill.py), as the
 CSV table path parks its encoded rows. What goes on is what planning needs (sizes and order
 keys), the blocks' references, the bad records and the features' tally. From there on the
@@ -23,9 +23,10 @@ from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeat
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
 from recordforge.transforms.convert import within_error_rate
-from recordforge.transforms.core import skipped
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.labels import LabelMap
+from recordforge.transforms.core.files import skipped
+from recordforge.transforms.core.planning.labels import LabelMap
+from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import (
     STAGE_READ,
     STAGE_RECORD,
@@ -33,11 +34,10 @@ from recordforge.transforms.core.records import (
     InputCounts,
     without_examples,
 )
-from recordforge.transforms.core.serialized import SerializedRecords, serialized_element
-from recordforge.transforms.core.sharding import ShardingConfig
-from recordforge.transforms.core.tfrecord import FRAMING_BYTES
-from recordforge.transforms.core.tfrecord_files import Problem, read_file_records
-from recordforge.transforms.core.tfrecord_inputs import TFRecordInput
+from recordforge.transforms.core.tfrecord.files import Problem, read_file_records
+from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES
+from recordforge.transforms.core.tfrecord.inputs import TFRecordInput
+from recordforge.transforms.core.tfrecord.serialized import SerializedRecords, serialized_element
 from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_file

@@ -2,7 +2,7 @@
 
 Locally this differs from Beam's LocalFileSystem.match on purpose, which silently drops files it
 cannot stat (broken links) and folders it cannot read. The walk here reports every entry it
-meets (transforms.core.walk): files, hidden files, broken links (to be reported as missing
+meets (transforms.core.files.walk): files, hidden files, broken links (to be reported as missing
 files), and what cannot be an input (a FIFO, socket or device, never opened; a folder it cannot
 read; a path too long to open; a link leading outside the allowed roots) as problems. Symbolic
 links to folders are followed only when asked, each real folder once. Object stores have none
@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.paths import has_scheme
-from recordforge.transforms.core.walk import FILE, HIDDEN, Listed, walk_pattern
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.files.walk import FILE, HIDDEN, Listed, walk_pattern
 
 
 def list_entries(

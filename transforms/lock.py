@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.remote_reads import open_file
 
 # A lock file with no readable holder is being written, unless it is older than this.

@@ -11,12 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.confine import check_allowed, is_within, real_path
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.filenames import display, from_os, to_os
-from recordforge.transforms.core.images import probe_image
-from recordforge.transforms.core.local_files import open_hinted, open_regular
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.confine import check_allowed, is_within, real_path
+from recordforge.transforms.core.files.filenames import display, from_os, to_os
+from recordforge.transforms.core.files.local_files import open_hinted, open_regular
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.images.probe import probe_image
 from recordforge.transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from recordforge.transforms.progress import IMAGES_PROBED, Progress
 from recordforge.transforms.remote_reads import EncodedObjectError, open_for_small_reads
@@ -55,7 +55,7 @@ class ProbeImages(beam.PTransform):
 # probe is CPU work in Pillow, which threads would only contend for.
 REMOTE_PROBES_AT_ONCE = 16
 # Local files are opened this many ahead of their probe, with the kernel asked to read their
-# header and end meanwhile (transforms.core.local_files).
+# header and end meanwhile (transforms.core.files.local_files).
 LOCAL_PROBES_AHEAD = 16
 # What a probe reads: the first 16 KiB, up to 64 KiB when the header runs past them, and the
 # last few bytes.
@@ -166,7 +166,7 @@ def probe_file(
         InputError: the file is missing or unreadable (`MissingFile`, `UnreadableFile`), not
             to be opened (`OutsideAllowedRoot`, `NotARegularFile`, `PathTooLong`,
             `UnsupportedPath`), or not a usable image (the kinds of
-            `transforms.core.images.probe_image`).
+            `transforms.core.images.probe.probe_image`).
     """
     try:
         if allowed_roots:

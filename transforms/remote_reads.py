@@ -12,15 +12,15 @@ from typing import BinaryIO
 from apache_beam.io.filesystem import CompressedFile, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.filenames import to_os
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.filenames import to_os
+from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.internals import gcs_object, open_gcs_reader
 
 # What one read that misses the reader's buffer fetches at least. Beam's GCS reader buffers
 # 16 MiB by default (gcsio's read_buffer_size), so the probe's first 16 KiB read of an image
 # downloaded all of it, up to 16 MiB, and 16 probes at a time held 16 such buffers. The probe
 # reads its first 16 KiB, 64 KiB only when a header needs more, and the last few bytes
-# (transforms.core.images): with this buffer each of those reads fetches about what it asks.
+# (transforms.core.images.probe): with this buffer each of those reads fetches about what it asks.
 # Pillow's small reads, when a header runs past 64 KiB, are served from it 16 KiB at a time.
 SMALL_READ_BUFFER_BYTES = 16 * 1024
 
@@ -55,7 +55,7 @@ def open_file(path: str, compression_type: str = CompressionTypes.UNCOMPRESSED) 
         Otherwise what FileSystems.open raises.
     """
     if not has_scheme(path):
-        path = to_os(path)  # a name that is not UTF-8 (transforms.core.filenames)
+        path = to_os(path)  # a name that is not UTF-8 (transforms.core.files.filenames)
     if FileSystems.get_filesystem(path).scheme() != "gs":
         return FileSystems.open(path, compression_type=compression_type)
     try:

@@ -4,7 +4,7 @@ Records travel in columnar batches (pyarrow RecordBatches of RecordRefs, records
 Beam's cost is per element, and a batch pays it once for thousands of records; totals and
 assignments are computed with array operations. Neither planning nor assignment depends on how
 records are batched, so the output does not either. The DoFns only wire the pure steps of
-transforms/core/placement.py, which the scale simulation (benchmarks/scale.py) runs too.
+transforms/core/planning/placement.py, which the scale simulation (benchmarks/scale.py) runs too.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 import apache_beam as beam
 import pyarrow as pa
 
-from recordforge.transforms.core.placement import (
+from recordforge.transforms.core.planning.placement import (
     FineTotals,
     merge_plan_totals,
     place_batch,
@@ -23,7 +23,7 @@ from recordforge.transforms.core.placement import (
     plan_totals,
     whole_shards_of,
 )
-from recordforge.transforms.core.sharding import ShardingConfig, SplitLayout
+from recordforge.transforms.core.planning.sharding import ShardingConfig, SplitLayout
 from recordforge.transforms.progress import count_planned
 
 CUT = "cut"

@@ -34,7 +34,7 @@ import google_crc32c
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.naming import (
+from recordforge.transforms.core.files.naming import (
     JOURNAL_FILE,
     LOCK_FILE,
     MANIFEST_FILE,
@@ -47,7 +47,7 @@ from recordforge.transforms.core.naming import (
     is_control_file,
     manifest_names,
 )
-from recordforge.transforms.core.paths import has_scheme
+from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.write import publish, remove_tree, write_atomically
 
@@ -278,7 +278,7 @@ def finish_swap(staging: Staging, journal: dict) -> None:
 
 
 def _swap_in(dataset: str, target: str) -> None:
-    from recordforge.transforms.core.swap import exchange
+    from recordforge.transforms.core.files.swap import exchange
 
     if os.path.lexists(target):
         # The folder is replaced, not refilled: it keeps its permissions, not its owner.

@@ -14,18 +14,18 @@ import contextlib
 
 import apache_beam as beam
 
-from recordforge.schemas.csv_schema import CsvSchema
+from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
 from recordforge.transforms.combiners import TallyCombineFn
-from recordforge.transforms.core.background import ahead
-from recordforge.transforms.core.consumed import CsvReceipt
-from recordforge.transforms.core.csv_io import CsvReadFailure
-from recordforge.transforms.core.csv_rows import CsvEnd, RowError, read_csv_batches
 from recordforge.transforms.core.errors import InputChanged, InputError
-from recordforge.transforms.core.fingerprint import FileFingerprint, FingerprintingStream
-from recordforge.transforms.core.labels import LabelMap, LabelTally, UnknownLabel, resolve_labels
-from recordforge.transforms.core.paths import relative_path
-from recordforge.transforms.core.placement import place_batch
+from recordforge.transforms.core.files.paths import relative_path
+from recordforge.transforms.core.planning.labels import (
+    LabelMap,
+    LabelTally,
+    UnknownLabel,
+    resolve_labels,
+)
+from recordforge.transforms.core.planning.placement import place_batch
 from recordforge.transforms.core.records import (
     CsvRoles,
     Source,
@@ -34,7 +34,12 @@ from recordforge.transforms.core.records import (
     is_small_piece,
     without_examples,
 )
-from recordforge.transforms.core.table_records import TableRecords
+from recordforge.transforms.core.tables.background import ahead
+from recordforge.transforms.core.tables.fingerprint import FileFingerprint, FingerprintingStream
+from recordforge.transforms.core.tables.receipts import CsvReceipt
+from recordforge.transforms.core.tables.records import TableRecords
+from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_batches
+from recordforge.transforms.core.tables.stream import CsvReadFailure
 from recordforge.transforms.discover import (
     RECEIPTS,
     incomplete,

@@ -1,7 +1,7 @@
 """Writing: each shard streamed to a staged file in order-key order; the commit puts it in place.
 
 Each shard is written under a name of its own attempt in the run's parts folder, with a part
-record beside it once it is complete (transforms/core/parts.py): a resumed run keeps a staged
+record beside it once it is complete (transforms/core/files/parts.py): a resumed run keeps a staged
 shard whose fingerprint matches and whose size and CRC32C check out, instead of writing it
 again.
 """
@@ -28,31 +28,31 @@ import pyarrow.compute as pc
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.confine import check_allowed, is_within, real_path
 from recordforge.transforms.core.errors import (
     InputError,
     OutOfSpace,
     ResumeRefused,
     out_of_space_message,
 )
-from recordforge.transforms.core.filenames import display, to_os
-from recordforge.transforms.core.frame_columns import frame_in_order, index_lines, record_lengths
-from recordforge.transforms.core.image_integrity import check_pixels, check_structure
-from recordforge.transforms.core.images import DEFAULT_MAX_PIXELS
-from recordforge.transforms.core.local_files import open_hinted, open_regular
-from recordforge.transforms.core.naming import (
+from recordforge.transforms.core.files.confine import check_allowed, is_within, real_path
+from recordforge.transforms.core.files.filenames import display, to_os
+from recordforge.transforms.core.files.local_files import open_hinted, open_regular
+from recordforge.transforms.core.files.naming import (
     errors_file_name,
     index_file_name,
     shard_file_name,
 )
-from recordforge.transforms.core.parts import (
+from recordforge.transforms.core.files.parts import (
     PART_RECORD_SUFFIX,
     PartRecord,
     shard_fingerprint,
     source_files,
 )
-from recordforge.transforms.core.paths import has_scheme
-from recordforge.transforms.core.preprocess import Preprocessing, preprocess, stored_record
+from recordforge.transforms.core.files.paths import has_scheme
+from recordforge.transforms.core.images.integrity import check_pixels, check_structure
+from recordforge.transforms.core.images.preprocess import Preprocessing, preprocess, stored_record
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.planning.sharding import SplitLayout
 from recordforge.transforms.core.records import (
     STAGE_WRITE,
     ErrorFileResult,
@@ -64,8 +64,12 @@ from recordforge.transforms.core.records import (
     refs_of,
     sort_order,
 )
-from recordforge.transforms.core.sharding import SplitLayout
-from recordforge.transforms.core.tfrecord import FRAMING_BYTES, framing_of
+from recordforge.transforms.core.tfrecord.frame_columns import (
+    frame_in_order,
+    index_lines,
+    record_lengths,
+)
+from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES, framing_of
 from recordforge.transforms.progress import BYTES_WRITTEN, LOGGER, RECORDS_WRITTEN, counter
 from recordforge.transforms.remote_reads import object_version, open_file
 from recordforge.transforms.spill import unspilled
@@ -491,9 +495,9 @@ class ImageChecks(NamedTuple):
 
     Attributes:
         pixels: decode every pixel (`--check-pixels`); else the structure only
-            (transforms.core.image_integrity).
+            (transforms.core.images.integrity).
         max_pixels: the decompression-bomb limit of that decode.
-        allowed_roots: where files may be opened (transforms.core.confine); empty: anywhere.
+        allowed_roots: where files may be opened (transforms.core.files.confine); empty: anywhere.
         preprocessing: what is done to each image before it is stored (resize, re-encode).
     """
 

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from recordforge.transforms.core.filenames import display
-from recordforge.transforms.core.tfrecord import FRAMING_BYTES
+from recordforge.transforms.core.files.filenames import display
+from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES
 
 
 def pack(records: Iterable[tuple]) -> list[tuple]:
@@ -40,7 +40,7 @@ class Source(NamedTuple):
         split: the split of every input of this source (SOURCE=SPLIT, or a source named like
             a split: data/test, test.csv), or None.
         split_folders: (folder, split) pairs when the source's first-level folders are splits
-            (root/<split>/<class>/<file>, see core.splits); empty otherwise.
+            (root/<split>/<class>/<file>, see core.planning.splits); empty otherwise.
     """
 
     index: int
@@ -350,7 +350,7 @@ class ErrorRecord(NamedTuple):
     offset: int | None = None
 
     def to_json_line(self) -> str:
-        # A file name that is not UTF-8 appears escaped (core.filenames), in the path and in
+        # A file name that is not UTF-8 appears escaped (core.files.filenames), in the path and in
         # the message alike.
         source = {"path": display(self.path)}
         if self.row is not None:

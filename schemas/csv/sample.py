@@ -1,0 +1,76 @@
+"""Inferring a CSV column's dtype from a sample of its cell texts (`read_sample`, core.tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
+
+from recordforge.schemas.csv.cells import convert_values
+
+# A cell longer than this is not a number: its column is text (bytes).
+_LONGEST_NUMBER = 400
+
+
+def infer_dtype(values: pa.Array | pa.ChunkedArray, null_values: Sequence[str]) -> str:
+    """Infer a column's dtype from sample texts with pyarrow's own CSV type inference.
+
+    Integer -> "int64", floating point -> "float", anything else (strings, dates, booleans, a
+    column with no values) -> "bytes". The result is then checked with the converter that reads
+    the real rows, so a column pyarrow reads as integers but this tool does not (hex such as
+    "0x1F") falls back to the next kind that converts every sample value.
+
+    Args:
+        values: the column's cell texts as binary, as read by `read_sample`.
+        null_values: cell texts that mean "missing"; they do not count against a dtype.
+
+    Returns:
+        One of "int64", "float", "bytes".
+    """
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks() if values.num_chunks else pa.array([], pa.binary())
+    values = values.cast(pa.binary())
+    if len(values) == 0:
+        return "bytes"
+    if (pc.max(pc.binary_length(values)).as_py() or 0) > _LONGEST_NUMBER:
+        return "bytes"  # no number is written so long; pyarrow would try every type on it
+    try:
+        text = values.cast(pa.string())
+    except pa.ArrowInvalid:
+        return "bytes"  # not UTF-8: certainly not a number
+    # Round-trip through pyarrow's CSV reader so its inference (with these null values) decides.
+    sink = pa.BufferOutputStream()
+    pa_csv.write_csv(
+        pa.table({"c": text}), sink, write_options=pa_csv.WriteOptions(include_header=False)
+    )
+    inferred = (
+        pa_csv.read_csv(
+            pa.BufferReader(sink.getvalue()),
+            # One block: a cell of any size is whole in it.
+            read_options=pa_csv.ReadOptions(
+                column_names=["c"], use_threads=False, block_size=sink.getvalue().size + 1
+            ),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                null_values=list(null_values),
+                strings_can_be_null=True,
+                quoted_strings_can_be_null=True,
+            ),
+        )
+        .schema.field("c")
+        .type
+    )
+    if pa.types.is_integer(inferred):
+        candidates = ("int64", "float")
+    elif pa.types.is_floating(inferred):
+        candidates = ("float",)
+    else:
+        return "bytes"
+    null_set = pa.array([v.encode("utf-8") for v in null_values], pa.binary())
+    present = values.filter(pc.invert(pc.is_in(values, value_set=null_set)))
+    for dtype in candidates:
+        if not convert_values(present, dtype)[1]:
+            return dtype
+    return "bytes"
