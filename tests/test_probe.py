@@ -48,11 +48,12 @@ def test_probed_in_order_with_errors_routed(tmp_path) -> None:
     (records,) = probed
     a, b = (tmp_path / "a.png").stat(), (tmp_path / "b.jpg").stat()
     # The version field tells a file rewritten before it is written: its modification time.
-    # The last (source_size) is -1: no preprocessing, so the size above is the file's own.
+    # source_size is -1: no preprocessing, so the size above is the file's own; nor is the
+    # EXIF orientation read (1, the last).
     assert [(packed[0], info) for packed, info in records] == [
-        ("0:a.png#0", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1)),
-        ("0:b.jpg#2", (b.st_size, "jpeg", 10, 40, 1, b.st_mtime_ns, -1)),
-        ("0:a.png#4", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1)),
+        ("0:a.png#0", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1, 1)),
+        ("0:b.jpg#2", (b.st_size, "jpeg", 10, 40, 1, b.st_mtime_ns, -1, 1)),
+        ("0:a.png#4", (a.st_size, "png", 30, 20, 3, a.st_mtime_ns, -1, 1)),
         ("0:t.csv#8", None),
     ]
     assert [(e.path, e.row, e.stage, e.error) for e in errors] == [
@@ -71,9 +72,9 @@ def test_remote_files_are_probed_concurrently_with_the_same_answers(tmp_path, mo
     seen_threads = set()
     real_probe_file = probe.probe_file
 
-    def probe_file(path, max_image_pixels, opened=None, allowed_roots=()):
+    def probe_file(path, max_image_pixels, opened=None, allowed_roots=(), **options):
         seen_threads.add(threading.current_thread().name)
-        return real_probe_file(path, max_image_pixels, opened, allowed_roots)
+        return real_probe_file(path, max_image_pixels, opened, allowed_roots, **options)
 
     monkeypatch.setattr(probe, "has_scheme", lambda path: True)
     monkeypatch.setattr(probe, "probe_file", probe_file)
@@ -89,7 +90,7 @@ def test_remote_files_are_probed_concurrently_with_the_same_answers(tmp_path, mo
 
 
 def test_an_unexpected_error_in_a_remote_probe_propagates(tmp_path, monkeypatch) -> None:
-    def broken(path, max_image_pixels, opened=None, allowed_roots=()):
+    def broken(path, max_image_pixels, opened=None, allowed_roots=(), **options):
         raise RuntimeError("storage outage")
 
     monkeypatch.setattr(probe, "has_scheme", lambda path: True)

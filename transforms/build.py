@@ -324,7 +324,7 @@ def stored_image(image: ImageInfo, preprocessing: Preprocessing, max_pixels: int
     image's predicted facts, its size estimated, the source's size kept apart for the writer's
     FileChanged check (`source_size`)."""
     stored = preprocessing.stored_facts(
-        image.format, image.width, image.height, image.channels, max_pixels
+        image.format, image.width, image.height, image.channels, max_pixels, image.orientation
     )
     estimate = preprocessing.estimated_size(
         image.size, image.format, image.width * image.height, stored

@@ -190,7 +190,10 @@ class _Planned(beam.PTransform):
         candidates = listed["candidates"]
         if config.has_images:
             probed = candidates | "ProbeImages" >> ProbeImages(
-                config.max_image_pixels, config.allowed_roots
+                config.max_image_pixels,
+                config.allowed_roots,
+                # Preprocessing turns photos as EXIF says: their stored size depends on it.
+                orientation=config.preprocessing.active,
             )
         else:  # text-labelled rows: nothing to open, but labels to collect first
             probed = {

@@ -33,10 +33,11 @@ class ProbeImages(beam.PTransform):
         errors: PCollection[ErrorRecord] for missing, unreadable, corrupt or unsupported images.
     """
 
-    def __init__(self, max_image_pixels: int, allowed_roots: Sequence[str] = ()) -> None:
+    def __init__(
+        self, max_image_pixels: int, allowed_roots: Sequence[str] = (), orientation: bool = False
+    ) -> None:
         super().__init__()
-        self._max_image_pixels = max_image_pixels
-        self._allowed_roots = tuple(allowed_roots)
+        self._args = (max_image_pixels, tuple(allowed_roots), orientation)
 
     def expand(self, candidates):
         return (
@@ -44,9 +45,7 @@ class ProbeImages(beam.PTransform):
             # Listing yields a whole folder in one bundle: spread the batches over workers.
             | "SpreadImageOpens" >> beam.Reshuffle()
             | "ProbeHeaders"
-            >> beam.ParDo(_ProbeImageFn(self._max_image_pixels, self._allowed_roots)).with_outputs(
-                ERRORS, main="probed"
-            )
+            >> beam.ParDo(_ProbeImageFn(*self._args)).with_outputs(ERRORS, main="probed")
         )
 
 
@@ -64,9 +63,15 @@ _HINTED_TAIL_BYTES = 4096
 
 
 class _ProbeImageFn(beam.DoFn):
-    def __init__(self, max_image_pixels: int, allowed_roots: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        max_image_pixels: int,
+        allowed_roots: tuple[str, ...] = (),
+        orientation: bool = False,
+    ) -> None:
         self._max_image_pixels = max_image_pixels
         self._allowed_roots = allowed_roots
+        self._orientation = orientation
 
     def setup(self):
         self._progress = Progress(IMAGES_PROBED, "probed", "images")
@@ -144,7 +149,15 @@ class _ProbeImageFn(beam.DoFn):
     def _probe(self, path: str, opened: io.FileIO | None = None) -> tuple | InputError:
         try:
             # `opened` is None for a remote file, or a local one that did not open ahead.
-            return tuple(probe_file(path, self._max_image_pixels, opened, self._allowed_roots))
+            return tuple(
+                probe_file(
+                    path,
+                    self._max_image_pixels,
+                    opened,
+                    self._allowed_roots,
+                    orientation=self._orientation,
+                )
+            )
         except InputError as error:
             return error
 
@@ -154,8 +167,11 @@ def probe_file(
     max_image_pixels: int,
     opened: io.FileIO | None = None,
     allowed_roots: Sequence[str] = (),
+    *,
+    orientation: bool = False,
 ) -> ImageInfo:
-    """Open an image file (local, or through Beam FileSystems) and probe it.
+    """Open an image file (local, or through Beam FileSystems) and probe it; with
+    `orientation`, its EXIF orientation read too (for preprocessing).
 
     A remote file is read in the few small pieces the probe asks for, not downloaded whole.
     `opened`: the local file at `path`, when it was opened already; closed here. A path
@@ -183,7 +199,9 @@ def probe_file(
             with stream:
                 size = stream.seek(0, 2)
                 stream.seek(0)
-                facts = probe_image(stream, size, max_pixels=max_image_pixels)
+                facts = probe_image(
+                    stream, size, max_pixels=max_image_pixels, orientation=orientation
+                )
         else:
             # What Beam's LocalFileSystem.open does, minus its buffered reader and its lookups
             # per call: a third of the cost of probing a small file. The probe reads in few,
@@ -191,7 +209,9 @@ def probe_file(
             with opened if opened is not None else open_regular(path) as stream:
                 info = os.fstat(stream.fileno())
                 size, version = info.st_size, info.st_mtime_ns
-                facts = probe_image(stream, size, max_pixels=max_image_pixels)
+                facts = probe_image(
+                    stream, size, max_pixels=max_image_pixels, orientation=orientation
+                )
     except InputError:
         if opened is not None:
             opened.close()
@@ -211,4 +231,12 @@ def probe_file(
         raise InputError(
             "UnreadableFile", f"cannot read {display(path)}: {storage_reason(error)}"
         ) from error
-    return ImageInfo(size, facts.format, facts.width, facts.height, facts.channels, version)
+    return ImageInfo(
+        size,
+        facts.format,
+        facts.width,
+        facts.height,
+        facts.channels,
+        version,
+        orientation=facts.orientation,
+    )

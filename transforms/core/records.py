@@ -107,6 +107,9 @@ class ImageInfo(NamedTuple):
     # When the writer preprocesses the image: the facts above are the stored image's (its size
     # an estimate), this the file's own size; -1 otherwise.
     source_size: int = -1
+    # The EXIF orientation preprocessing turns the pixels by (read only when the run
+    # preprocesses; 1 otherwise): width and height above are the file's.
+    orientation: int = 1
 
 
 class RecordRef(NamedTuple):

@@ -18,6 +18,8 @@ _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
 _WEBP_ALPHA_FLAG = 0x10
 _WEBP_ANIMATION_FLAG = 0x02
+# WebP metadata chunks → the keys of Pillow's Image.info they go to (its WebP plugin's).
+_WEBP_METADATA = {b"EXIF": "exif", b"XMP ": "xmp"}
 
 
 class _Stream(typing.Protocol):
@@ -227,6 +229,29 @@ def webp_facts(source: Source) -> tuple[int, int, int]:
         return width, height, 4 if has_alpha else 3
     width, height, has_alpha = _webp_bitstream(source, fourcc, 20)
     return width, height, 4 if has_alpha else 3
+
+
+def webp_metadata(source: Source) -> dict[str, bytes]:
+    """A WebP's EXIF and XMP chunks, keyed as Pillow's WebP plugin puts them in `Image.info`
+    (for transforms.core.images.orientation).
+
+    Only the extended format (VP8X) holds them, usually after the image data: its chunks are
+    walked to the file's end, reading their 8-byte headers. A chunk cut short ends the walk:
+    metadata never makes an image unusable.
+    """
+    if _riff_chunk(source, 12)[0] != b"VP8X":
+        return {}
+    found: dict[str, bytes] = {}
+    offset = 12
+    while offset + 8 <= source.size:
+        fourcc, length = _riff_chunk(source, offset)
+        key = _WEBP_METADATA.get(fourcc)
+        if key is not None and key not in found:
+            if offset + 8 + length > source.size:
+                break
+            found[key] = source.read_at(offset + 8, length)
+        offset += 8 + length + (length & 1)
+    return found
 
 
 def _still_webp_alpha(

@@ -5,9 +5,10 @@ are; with any of them every image is decoded, EXIF-oriented, converted, resized 
 again with fixed parameters (no timestamps, no metadata, no encoder search), so the same
 input, options and Pillow version give the same bytes on every runner and worker.
 
-`Preprocessing.stored_facts` predicts, from the probe's header facts, what the stored image
-will be (for the plan and the manifest's statistics); `preprocess` does the work where the
-bytes are read (the writer), and the writer records the facts of the bytes it produced.
+`Preprocessing.stored_facts` predicts, from the probe's header facts and EXIF orientation, what
+the stored image will be (for the plan, the records' features and the manifest's image facts);
+`preprocess` does the work where the bytes are read (the writer), its target size from the same
+prediction, and the writer records the facts of the bytes it produced.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import math
 from dataclasses import dataclass
 
 import PIL
-from PIL import ExifTags, Image, ImageOps
+from PIL import Image, ImageOps
 
 from recordforge.schemas import codec
 from recordforge.schemas import features as keys
 from recordforge.schemas.spliced import serialize_around
 from recordforge.transforms.core.errors import InputError, without_file_bytes
+from recordforge.transforms.core.images.orientation import UPRIGHT, oriented_size, turned
 from recordforge.transforms.core.images.probe import (
     DEFAULT_MAX_PIXELS,
     open_image,
@@ -37,7 +39,6 @@ DEFAULT_QUALITY = {"jpeg": 95, "webp": 90}
 _KEPT_FORMATS = frozenset(ENCODINGS)
 _FALLBACK_FORMAT = "png"
 _MODES = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}
-_SWAPPING_ORIENTATIONS = frozenset({5, 6, 7, 8})  # EXIF orientations that turn the image 90°
 # Fixed: the filter shapes the bytes. Lanczos is Pillow's best for shrinking photos.
 _FILTER = Image.Resampling.LANCZOS
 # Bytes per pixel and channel of an encoded image, only to estimate a record's size for the
@@ -118,16 +119,23 @@ class Preprocessing:
         return channels
 
     def stored_facts(
-        self, fmt: str, width: int, height: int, channels: int, max_pixels: int
+        self,
+        fmt: str,
+        width: int,
+        height: int,
+        channels: int,
+        max_pixels: int,
+        orientation: int = UPRIGHT,
     ) -> tuple[str, int, int, int]:
         """(format, width, height, channels) of the stored image, predicted from the source's
-        header (before EXIF orientation, which the header parse does not read).
+        header facts: its size in the file and its EXIF orientation, which turns the pixels
+        before they are resized. `preprocess` stores an image of this size.
 
         Raises:
             InputError: the stored image would exceed `max_pixels` (`ResizeTooLarge`).
         """
         stored_format = self.output_format(fmt)
-        stored_width, stored_height = self.output_size(width, height)
+        stored_width, stored_height = self.output_size(*oriented_size(width, height, orientation))
         _check_output_pixels(stored_width, stored_height, max_pixels)
         return (
             stored_format,
@@ -168,17 +176,15 @@ def preprocess(
             TruncatedImage, DecompressionBomb, ...), or would be too large (`ResizeTooLarge`).
     """
     facts, image = open_image(data, max_pixels=max_pixels)
-    stored_format = preprocessing.output_format(facts.format)
-    channels = preprocessing.output_channels(facts.channels, stored_format)
+    stored_format, width, height, channels = preprocessing.stored_facts(
+        facts.format, facts.width, facts.height, facts.channels, max_pixels, facts.orientation
+    )
+    target = (width, height)
     try:
-        width, height = image.size
-        if image.getexif().get(ExifTags.Base.Orientation) in _SWAPPING_ORIENTATIONS:
-            width, height = height, width
-        target = preprocessing.output_size(width, height)
-        _check_output_pixels(*target, max_pixels)
         if facts.format == "jpeg":
-            _draft(image, (width, height), target)
-        image = ImageOps.exif_transpose(image)  # decodes; a copy without the orientation tag
+            oriented = oriented_size(facts.width, facts.height, facts.orientation)
+            _draft(image, oriented, target)
+        image = turned(image, facts.orientation)  # decodes
         image = _converted(image, _MODES[channels])
         image = _resized(image, preprocessing, target)
         image.info = {}  # no metadata carried over: only pixels are stored
@@ -200,7 +206,8 @@ def stored_record(
 ) -> tuple[bytes, bytes, bytes]:
     """A planned image record with the preprocessed image in it, in pieces (before, payload,
     after): the Example's image facts become those of `payload` (the plan predicted them, but
-    only the encoder knows the size, and EXIF orientation may swap width and height).
+    only the encoder knows the size in bytes, and whether a WebP keeps an alpha channel that
+    is opaque everywhere).
 
     Args:
         skeleton, offset: the planned Example and where its image bytes go (schemas.spliced).

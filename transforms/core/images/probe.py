@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import struct
@@ -24,6 +25,7 @@ from PIL import (
 from recordforge.transforms.core.errors import InputError, without_file_bytes
 from recordforge.transforms.core.images import formats as image_formats
 from recordforge.transforms.core.images.formats import Source
+from recordforge.transforms.core.images.orientation import UPRIGHT, orientation_in
 
 DEFAULT_MAX_PIXELS: int = Image.MAX_IMAGE_PIXELS
 SUPPORTED_FORMATS: frozenset[str] = frozenset({"jpeg", "png", "gif", "bmp", "webp"})
@@ -88,16 +90,24 @@ class ImageFacts:
         height: height in pixels.
         channels: the last dimension of tf.io.decode_image(data, expand_animations=False) for
             this file.
+        orientation: the EXIF orientation (1-8) preprocessing turns the pixels by
+            (transforms.core.images.orientation); read only when asked, else 1. The width and
+            height above are the file's, as decoders that ignore EXIF (TensorFlow's) see them.
     """
 
     format: str
     width: int
     height: int
     channels: int
+    orientation: int = UPRIGHT
 
 
 def probe_image(
-    stream: typing.BinaryIO, size: int, *, max_pixels: int = DEFAULT_MAX_PIXELS
+    stream: typing.BinaryIO,
+    size: int,
+    *,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    orientation: bool = False,
 ) -> ImageFacts:
     """Identifies an image from its header and checks that it is complete.
 
@@ -111,9 +121,11 @@ def probe_image(
             reader). Errors raised by the stream itself propagate unchanged.
         size: the file's size in bytes.
         max_pixels: largest width * height accepted; larger images are rejected undecoded.
+        orientation: also read the EXIF orientation (a WebP's metadata chunks follow its
+            pixels: then the chunks are walked to the end).
 
     Returns:
-        The image's format, size and channel count.
+        The image's format, size and channel count (and orientation).
 
     Raises:
         InputError: the file is empty, not an image, an unsupported format (animated WebP
@@ -126,17 +138,20 @@ def probe_image(
         head = image_formats.read_up_to(guarded, min(size, _FIRST_BYTES))
         if not head:
             raise _empty_file()
-        return _probe(Source(guarded, size, head), max_pixels)
+        return _probe(Source(guarded, size, head), max_pixels, orientation=orientation)
     except _StreamError as failure:
         raise failure.error from None
 
 
-def probe_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageFacts:
+def probe_image_bytes(
+    data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS, orientation: bool = False
+) -> ImageFacts:
     """Identifies an image held in memory; see probe_image.
 
     Args:
         data: the whole file.
         max_pixels: largest width * height accepted; larger images are rejected undecoded.
+        orientation: also read the EXIF orientation.
 
     Returns:
         The image's format, size and channel count.
@@ -146,7 +161,8 @@ def probe_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> I
     """
     if not data:
         raise _empty_file()
-    return _probe(Source(_GuardedStream(io.BytesIO(data)), len(data), data), max_pixels)
+    source = Source(_GuardedStream(io.BytesIO(data)), len(data), data)
+    return _probe(source, max_pixels, orientation=orientation)
 
 
 def decode_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageFacts:
@@ -174,7 +190,8 @@ def decode_image_bytes(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> 
 def open_image(
     data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> tuple[ImageFacts, Image.Image]:
-    """Probes an image held in memory (see probe_image), then opens it for decoding.
+    """Probes an image held in memory (see probe_image), its EXIF orientation read too, then
+    opens it for decoding.
 
     The pixel count is checked from the header before anything is decoded, and Pillow's own
     global limit is bypassed as for a probe. The image is opened lazily: decoding errors come
@@ -186,7 +203,7 @@ def open_image(
     Raises:
         InputError: as for probe_image.
     """
-    facts = probe_image_bytes(data, max_pixels=max_pixels)
+    facts = probe_image_bytes(data, max_pixels=max_pixels, orientation=True)
     try:
         if facts.format == "webp":
             return facts, WebPImagePlugin.WebPImageFile(io.BytesIO(data))
@@ -233,12 +250,14 @@ class _GuardedStream:
             raise _StreamError(error) from error
 
 
-def _probe(source: Source, max_pixels: int, *, decode: bool = False) -> ImageFacts:
+def _probe(
+    source: Source, max_pixels: int, *, decode: bool = False, orientation: bool = False
+) -> ImageFacts:
     fmt = _sniff(source.head)
     if fmt is None:
         raise _unrecognised(source)
     try:
-        facts = _header_facts(source, fmt, max_pixels)
+        facts = _header_facts(source, fmt, max_pixels, orientation)
         image_formats.check_pixel_count(facts.width, facts.height, max_pixels)
         if fmt == "bmp":  # TensorFlow's own rules, from the header and the size
             image_formats.check_bmp_layout(source.head, source.size)
@@ -281,9 +300,13 @@ def _accepted(result: object) -> bool:
     return bool(result) and not isinstance(result, str)
 
 
-def _header_facts(source: Source, fmt: str, max_pixels: int) -> ImageFacts:
+def _header_facts(source: Source, fmt: str, max_pixels: int, orientation: bool) -> ImageFacts:
     if fmt == "webp":
-        return ImageFacts(fmt, *image_formats.webp_facts(source))
+        facts = ImageFacts(fmt, *image_formats.webp_facts(source))
+        if orientation:
+            turn = orientation_in(image_formats.webp_metadata(source))
+            facts = dataclasses.replace(facts, orientation=turn)
+        return facts
     if fmt == "gif":
         # TensorFlow's size for a GIF is that of its widest and tallest frames (not the logical
         # screen, nor the first frame: see image_formats.gif_decoded_size), which only a walk of
@@ -295,7 +318,11 @@ def _header_facts(source: Source, fmt: str, max_pixels: int) -> ImageFacts:
     if fmt == "gif":
         width, height = image_formats.gif_decoded_size(source.head)
         image_formats.check_pixel_count(width, height, max_pixels)
-    return ImageFacts(fmt, width, height, image_formats.channels(fmt, image, source.head))
+    channels = image_formats.channels(fmt, image, source.head)
+    # The metadata Pillow's header parse found (a JPEG's APP segments, a PNG's chunks before
+    # its pixels), as preprocessing reads it: nothing is decoded.
+    turn = orientation_in(image.info) if orientation else UPRIGHT
+    return ImageFacts(fmt, width, height, channels, turn)
 
 
 def _open_header(source: Source, fmt: str) -> ImageFile.ImageFile:
