@@ -322,9 +322,7 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
     if message:
         print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
         return EXIT_FAILED
-    LOGGER.error(
-        "the conversion failed; %s; %s", _unchanged(output), _kept(prepared), exc_info=error
-    )
+    LOGGER.error("the conversion failed; %s", _kept(prepared), exc_info=error)
     return EXIT_FAILED
 
 

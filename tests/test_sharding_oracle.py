@@ -2,9 +2,10 @@
 
 tests/test_sharding.py checks properties, and derives expected placements from the plan under
 test; a planner or a per-bucket total that is wrong in a self-consistent way passes those. Here
-the expected shard count comes from `naive_shard_count`, DESIGN.md's rule as a search over
-candidate counts (not the planner's arithmetic), and the expected shard of every record from
-sorting the records by order key and cutting the split where the rule says.
+the expected shard count comes from `naive_shard_count`, the rule of docs/design.md ("The
+sharding planner") as a search over candidate counts (not the planner's arithmetic), and the
+expected shard of every record from sorting the records by order key and cutting the split where
+the rule says.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ GIB = 1 << 30
 def naive_shard_count(
     sizes: list[int], hosts: int, min_bytes: int, max_bytes: int, forced: int | None = None
 ) -> int:
-    """DESIGN.md's rule, by trying shard counts one at a time.
+    """The sharding rule (docs/design.md, "The sharding planner"), trying counts one at a time.
 
     About 10 files per reading host when each is at least `min_bytes` and at most `max_bytes`;
     otherwise the most shards (a multiple of the hosts when there are that many) that stay at

@@ -23,8 +23,9 @@ from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeat
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
 from recordforge.transforms.convert import within_error_rate
-from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.errors import InputError, InputIncomplete
 from recordforge.transforms.core.files import skipped
+from recordforge.transforms.core.files.filenames import display
 from recordforge.transforms.core.planning.labels import LabelMap
 from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import (
@@ -35,7 +36,6 @@ from recordforge.transforms.core.records import (
     without_examples,
 )
 from recordforge.transforms.core.tfrecord.files import Problem, read_file_records
-from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES
 from recordforge.transforms.core.tfrecord.inputs import TFRecordInput
 from recordforge.transforms.core.tfrecord.serialized import SerializedRecords, serialized_element
 from recordforge.transforms.internals import in_global_window
@@ -44,7 +44,7 @@ from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.spill import SpillWriter
 from recordforge.transforms.staging import Staging, default_staging
-from recordforge.transforms.storage_errors import STORAGE_ERRORS
+from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
 from recordforge.transforms.table import PlaceTable
 from recordforge.transforms.write import WriteErrors, WriteShards
 
@@ -348,28 +348,43 @@ class _ReadTFRecordFilesFn(beam.DoFn):
         self._progress = Progress("tfrecord_records_read", "read", "records")
 
     def process(self, file: TFRecordInput):
-        parking = _Parking(self._config, _record_error)
-        end = 0  # of the last record read
         try:
-            with open_file(file.path) as raw:
+            raw = open_file(file.path)
+        except STORAGE_ERRORS as error:  # nothing was read: the file is one quarantined input
+            problem = Problem(0, "UnreadableFile", f"cannot open it: {storage_reason(error)}")
+            yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, problem))
+            return
+        parking = _Parking(self._config, _record_error)
+        read = 0  # records and problems met so far
+        try:
+            with raw:
                 for item in read_file_records(raw):
+                    read += 1
                     if isinstance(item, Problem):
                         yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, item))
                         continue
                     offset, data = item
-                    end = offset + len(data) + FRAMING_BYTES
                     outputs = parking.add(data, file.split, (file.path, offset))
                     if outputs:
                         self._progress.add(parking.taken)
                         yield from outputs
         except STORAGE_ERRORS as error:
-            # The records before this point are kept: reading stopped here, for this reason.
-            problem = Problem(end, "UnreadableFile", f"cannot read on: {error}")
-            yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, problem))
+            # How many records follow is unknown, so none can be counted: the run fails, as
+            # for a CSV file that cannot be read to its end.
+            raise _incomplete(file.path, read, error) from None
         outputs = tuple(parking.flush())
         self._progress.add(parking.taken)
         yield from outputs
         yield from parking.close()
+
+
+def _incomplete(path: str, read: int, error: BaseException) -> InputIncomplete:
+    """The run-ending error of a TFRecord file that cannot be read to its end."""
+    return InputIncomplete(
+        f"{display(path)} cannot be read to its end: {storage_reason(error)}, after its first "
+        f"{read:,} records, and how many follow is unknown. No dataset was written: make the "
+        "file readable and run again"
+    )
 
 
 def _problem_error(path: str, problem: Problem) -> ErrorRecord:
