@@ -16,6 +16,7 @@ lines), the figures of the README's "Reliability" section.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
@@ -143,13 +144,20 @@ def check_invariant(out: pathlib.Path, old: dict, new: dict) -> str:
     elif _without_created(files) == _without_created(new["files"]):
         state = "new"
     else:
-        names = sorted(files)
-        pytest.fail(f"{out} holds neither dataset: {names}")
+        pytest.fail(f"{out} holds neither dataset: {_differences(files, new['files'])}")
     report = verify_dataset(str(out))
     assert report.ok and not report.findings.warnings, [f.message for f in report.findings.listed]
     info = json.loads(files["dataset_info.json"])
     assert info["num_inputs"] == info["num_records"] + info["errors"]["count"]  # nothing lost
     return state
+
+
+def _differences(found: dict[str, bytes], new: dict[str, bytes]) -> str:
+    """How a folder's files differ from the new dataset's, in a few words."""
+    found, new = _without_created(found), _without_created(new)
+    changed = sorted(name for name in found.keys() & new.keys() if found[name] != new[name])
+    missing, extra = sorted(new.keys() - found.keys()), sorted(found.keys() - new.keys())
+    return f"other bytes in {changed}, missing {missing}, extra {extra}"
 
 
 def resume_completes(photos, out, new) -> None:
@@ -484,26 +492,53 @@ def test_a_full_disk_fails_with_one_line_and_leaves_the_previous_dataset(
 # --- a Dask worker killed mid-run ---------------------------------------------------------------
 
 
-def test_a_dask_worker_killed_mid_run_leaves_old_or_new_and_resume_finishes(
+def _writing_process(candidates: dict[int, list[int]], out: pathlib.Path) -> int | None:
+    """Of `candidates` ({process group: its processes}), the group of a process that has a
+    staged shard file open (it is writing that shard), else None."""
+    parts = f"{out.parent}/.{out.name}.recordforge/parts/"
+    for group, pids in candidates.items():
+        for pid in pids:
+            with contextlib.suppress(OSError):  # a process or file gone meanwhile
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    name = target.rsplit("/", 1)[-1]
+                    if target.startswith(parts) and ".tfrecord-" in name:
+                        if not name.endswith(".part.json"):
+                            return group
+    return None
+
+
+@pytest.mark.parametrize("gives_up", [False, True], ids=["dask-retries", "dask-gives-up"])
+def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume_finishes(
     photos,
     old,
     new,
     tmp_path,
     servers,  # noqa: F811  (the fixture imported above)
+    gives_up,
 ):
     """A scheduler and two workers on 127.0.0.1 (as in tests/test_runners.py); once the run has
-    staged its first shard, one worker is killed, its whole process group. Dask may run the
-    lost worker's tasks again on the other one (the run succeeds) or give up (the run fails
-    with one line); either way the invariant holds and `--resume` completes."""
+    staged its first shard, the worker that is writing a shard is killed, its whole process
+    group (its nanny too). By default Dask runs the lost worker's tasks again on the other one:
+    the run must succeed with the new dataset, byte for byte. With allowed-failures=0
+    (`gives_up`) Dask gives the task up: the run must fail with one line and leave the previous
+    dataset byte for byte. Either way `--resume` then completes.
+    Shown to catch: a retry appending to the killed attempt's shard file; a swallowed KilledWorker.
+    """
     from distributed import Client
-    from test_runners import DASK, free_port
+    from test_runners import DASK, free_port, server_env
 
     if not pathlib.Path(DASK).exists():
         pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
     port = free_port()
     local = ("--dashboard-address", "127.0.0.1:0")
+    env = server_env()
+    if gives_up:  # a task whose worker dies while it runs it is not run again
+        env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
     scheduler = servers(
-        "dask-scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local]
+        "dask-scheduler",
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local],
+        env=env,
     )
     scheduler.wait_for_port(port)
     workers = [
@@ -516,15 +551,32 @@ def test_a_dask_worker_killed_mid_run_leaves_old_or_new_and_resume_finishes(
     ]
     with Client(f"127.0.0.1:{port}", timeout=60) as client:
         client.wait_for_workers(2, timeout=90)
+    # Each worker's group: `dask worker` (the nanny) and the worker process it started.
+    groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
     out = tmp_path / "run" / "out"
     _place(old, out)
     process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
     assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    os.killpg(workers[0].process.pid, signal.SIGKILL)
+    writing = None
+    while writing is None and process.poll() is None:
+        writing = _writing_process(groups, out)
+    assert writing is not None, "the run ended before a worker was seen writing a shard"
+    os.killpg(writing, signal.SIGKILL)
     _, stderr = process.communicate(timeout=600)
     state = check_invariant(out, old, new)
-    if process.returncode:
-        assert "Traceback" not in stderr, stderr
-        assert stderr.strip().splitlines()[-1].startswith("recordforge: failed: "), stderr
     tally("a Dask worker killed mid-run", outcome=state, exit=process.returncode, lost=0)
+    assert "Traceback" not in stderr, stderr
+    outcome = f"exit status {process.returncode}, the {state} dataset in place; stderr:\n{stderr}"
+    if not gives_up:
+        assert (process.returncode, state) == (0, "new"), outcome
+    else:
+        assert (process.returncode, state) == (1, "old"), outcome
+        lines = stderr.strip().splitlines()
+        assert re.match(
+            r"recordforge: failed: the runner lost a worker process \(KilledWorker: .*\); "
+            rf"{re.escape(str(out))} is as it was; ",
+            lines[-1],
+        ), stderr
+        progress = ("recordforge: converting", "recordforge: progress", "recordforge: wrote")
+        assert all(line.startswith(progress) for line in lines[:-1]), stderr
     resume_completes(photos, out, new)

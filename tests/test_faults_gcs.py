@@ -10,6 +10,7 @@ what they read; no record is lost; a rerun (with `--resume`) completes.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ import pytest
 from conftest import RECORDFORGE
 from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 from gcs_traffic import storage_proxy
-from test_faults import tally
+from test_faults import _without_created, tally
 from test_gcs import OPTIONS, download, upload
 
 from recordforge.pipelines.dataset import open_dataset
@@ -87,8 +88,14 @@ def _dataset(proxied, bucket) -> dict[str, bytes]:
     return {k: v for k, v in download(emulator, bucket, "out").items() if not k.startswith(".")}
 
 
-def _state(proxied, bucket, old, new_names) -> str:
-    """'old', 'new' or 'refused' (a commit to roll forward), checked; fails on anything else."""
+def _counts(files: dict[str, bytes]) -> list:
+    info = json.loads(files["dataset_info.json"])
+    return [info["num_inputs"], info["num_records"]]
+
+
+def _state(proxied, bucket, old, new) -> str:
+    """'old', 'new' or 'refused' (a commit to roll forward), checked; fails on anything else.
+    Old and new are byte for byte (the manifest's `created` time aside)."""
     output = f"gs://{bucket}/out"
     try:
         dataset = open_dataset(output)
@@ -99,8 +106,15 @@ def _state(proxied, bucket, old, new_names) -> str:
     if files == old:
         state = "old"
     else:
-        assert sorted(files) == new_names, sorted(files)
-        assert dataset.manifest.name == "pets"
+        found, wanted = _without_created(files), _without_created(new)
+        changed = sorted(n for n in found.keys() | wanted.keys() if found.get(n) != wanted.get(n))
+        if changed:
+            info = json.loads(files["dataset_info.json"]) if "dataset_info.json" in files else {}
+            counts = [info.get(k) for k in ("num_inputs", "num_records")]
+            pytest.fail(
+                f"neither the previous dataset nor the new one: {changed} differ "
+                f"(inputs, records: {counts}; the new dataset's: {_counts(new)})"
+            )
         state = "new"
     report = verify_dataset(output)
     # A commit killed while it cleaned up leaves its working folder: a warning, nothing more.
@@ -111,23 +125,28 @@ def _state(proxied, bucket, old, new_names) -> str:
 
 
 @pytest.fixture
-def old_and_new(proxied, bucket, photo_folder, tmp_path):
-    """gs://bucket/out holding a previous dataset; the new one's file names (a local run)."""
+def old_and_new(proxied, bucket, photo_folder):
+    """gs://bucket/out holding a previous dataset; the files of the new one (what an
+    uninterrupted run with OPTIONS writes there, made first)."""
     emulator, _ = proxied
     upload(emulator, photo_folder, bucket, "in/photos")
-    result = _run(
-        "convert", f"gs://{bucket}/in/photos", "-o", f"gs://{bucket}/out", "--name", "old"
-    )
+    args = ("convert", f"gs://{bucket}/in/photos", "-o", f"gs://{bucket}/out", "--overwrite")
+    result = _run(*args, *OPTIONS)
     assert result.returncode == 0, result.stderr
-    local = tmp_path / "local"
-    assert _run("convert", photo_folder, "-o", local, *OPTIONS).returncode == 0
-    names = sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
-    return _dataset(proxied, bucket), names
+    new = _dataset(proxied, bucket)
+    result = _run(*args, "--name", "old")
+    assert result.returncode == 0, result.stderr
+    return _dataset(proxied, bucket), new
 
 
 def test_storage_errors_for_a_while_leave_old_or_new_and_a_rerun_completes(
     proxied, bucket, old_and_new
 ):
+    """503s mid-read (an image's download while probing, another's while writing its shard) and
+    mid-write (a staged shard's upload), once each, then every write for 4 s: each run must end
+    with the new dataset, byte for byte, every input counted; a rerun with --resume completes.
+    Shown to catch: a 503 mid-read taken for end-of-file; a shard upload's 503 swallowed, unretried.
+    """
     _storage_errors(proxied, bucket, old_and_new, every=False)
 
 
@@ -138,16 +157,45 @@ def test_storage_errors_of_every_kind_leave_old_or_new_and_a_rerun_completes(
     _storage_errors(proxied, bucket, old_and_new, every=True)
 
 
+class _MidReadAndWrite:
+    """A fault rule (gcs_traffic.Faults' `when`): a 503, once each, for the first download of
+    two input images (the probe reads them), the second download of two others (the shard
+    writer reads them) and an upload request of two staged shards. `hit` lists them by stage."""
+
+    def __init__(self) -> None:
+        self.downloads: collections.Counter = collections.Counter()
+        self.hit: dict[str, list[str]] = {"probe": [], "write": [], "upload": []}
+
+    def __call__(self, method: str, path: str) -> bool:
+        url = urllib.parse.urlsplit(path)
+        query = urllib.parse.parse_qs(url.query)
+        if method == "GET" and "media" in query.get("alt", ()) and "/o/in/photos/" in url.path:
+            key = url.path
+            self.downloads[key] += 1
+            stage = {1: "probe", 2: "write"}.get(self.downloads[key])
+        elif method == "PUT" and ".tfrecord-" in query.get("upload_id", [""])[0]:
+            key, stage = query["upload_id"][0], "upload"  # the emulator's id names the object
+        else:
+            return False
+        if stage is None or len(self.hit[stage]) == 2 or any(key in k for k in self.hit.values()):
+            return False  # a retry of a request answered 503 goes through
+        self.hit[stage].append(key)
+        return True
+
+
 def _storage_errors(proxied, bucket, old_and_new, every: bool) -> None:
     _, faults = proxied
-    old, new_names = old_and_new
+    old, new = old_and_new
     args = ("convert", f"gs://{bucket}/in/photos", "-o", f"gs://{bucket}/out", *OPTIONS)
-    outcomes = []
-    # Every write refused for 4 s once the run has started (slow: then every request for 2 s).
-    rounds = [(lambda method, path: method in ("POST", "PUT", "PATCH", "DELETE"), 4)]
-    if every:
-        rounds.append((lambda method, path: True, 2))
-    for when, seconds in rounds:
+    mid_read_and_write = _MidReadAndWrite()
+    # (what is refused, for how long (None: as the rule says), whether the run must succeed)
+    rounds = [
+        (mid_read_and_write, None, True),
+        (lambda method, path: method in ("POST", "PUT", "PATCH", "DELETE"), 4, True),
+    ]
+    if every:  # every request for 2 s: the run may give up, with one line
+        rounds.append((lambda method, path: True, 2, False))
+    for when, seconds, must_succeed in rounds:
         process = subprocess.Popen(
             [RECORDFORGE, *args, "--overwrite"],
             stdout=subprocess.PIPE,
@@ -156,19 +204,26 @@ def _storage_errors(proxied, bucket, old_and_new, every: bool) -> None:
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
         _wait_for_object(proxied[0], bucket, "out/.recordforge-staging/run.json", process)
+        before = faults.failed
         faults.fail(503, seconds=seconds, when=when)  # from the moment the run starts working
         _, stderr = process.communicate(timeout=600)
         faults.clear()
-        state = _state(proxied, bucket, old, new_names)
-        if process.returncode:
-            assert "Traceback" not in stderr.split("recordforge: failed")[-1], stderr
-        outcomes.append((process.returncode, state, faults.failed))
+        assert faults.failed > before, "no request was refused: the fault missed the run"
+        state = _state(proxied, bucket, old, new)
         tally("storage errors (503) for a while", outcome=state, exit=process.returncode, lost=0)
+        assert "Traceback" not in stderr, stderr
+        if must_succeed:
+            assert (process.returncode, state) == (0, "new"), (
+                f"exit status {process.returncode}, the {state} dataset in place:\n{stderr}"
+            )
+        elif process.returncode:
+            assert stderr.strip().splitlines()[-1].startswith("recordforge: failed: "), stderr
         rerun = _run(*args, "--overwrite", "--resume")
         assert rerun.returncode == 0, rerun.stderr
-        assert _state(proxied, bucket, old, new_names) == "new"
+        assert _state(proxied, bucket, old, new) == "new"
         old = _dataset(proxied, bucket)  # the next round replaces this one
-    assert all(failed for _, _, failed in outcomes), outcomes  # the faults did hit the runs
+    hit = {stage: len(keys) for stage, keys in mid_read_and_write.hit.items()}
+    assert hit == {"probe": 2, "write": 2, "upload": 2}, hit
 
 
 def test_of_runs_racing_for_a_gs_lock_exactly_one_wins(proxied, bucket):
@@ -261,7 +316,7 @@ def test_a_journal_commit_killed_at_every_step_is_refused_then_rolled_forward(
 
 
 def _kill_journal_commit(proxied, bucket, old_and_new, every: bool) -> None:
-    old, new_names = old_and_new
+    old, new = old_and_new
     args = ("convert", f"gs://{bucket}/in/photos", "-o", f"gs://{bucket}/out", *OPTIONS)
     counted = _killed_in_commit([*args, "--overwrite", "--name", "old"], 0)  # no kill: count
     assert counted.returncode == 0, counted.stderr
@@ -277,13 +332,13 @@ def _kill_journal_commit(proxied, bucket, old_and_new, every: bool) -> None:
     for kill_at in points:
         killed = _killed_in_commit([*args, "--overwrite"], kill_at)
         assert killed.returncode == -signal.SIGKILL, killed.stderr
-        state = _state(proxied, bucket, old, new_names)
+        state = _state(proxied, bucket, old, new)
         states.append(state)
         tally("gs:// kill at a journal commit step", trial=kill_at, outcome=state, lost=0)
         # The next run (here a --resume with the same options) finishes the commit first.
         rerun = _run(*args, "--overwrite", "--resume")
         assert rerun.returncode == 0, rerun.stderr
-        assert _state(proxied, bucket, old, new_names) == "new"
+        assert _state(proxied, bucket, old, new) == "new"
         _put_back(proxied[0], bucket, old)  # the previous dataset again, for the next kill
     assert ({"old", "refused", "new"} if every else {"refused", "new"}) <= set(states), states
 
