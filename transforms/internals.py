@@ -155,7 +155,6 @@ def run_sdk_worker(argv: list[str]) -> None:
 
 @functools.cache
 def _lean_workers_fn_api_runner_class() -> type:
-    from apache_beam.portability import python_urns
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
     class LeanWorkersFnApiRunner(fn_runner.FnApiRunner):
@@ -168,13 +167,24 @@ def _lean_workers_fn_api_runner_class() -> type:
         """
 
         def run_via_runner_api(self, pipeline_proto, options):
-            beam, lean = (command.encode() for command in worker_commands())
-            for environment in pipeline_proto.components.environments.values():
-                if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == beam:
-                    environment.payload = lean
+            use_recordforge_workers(pipeline_proto)
             return super().run_via_runner_api(pipeline_proto, options)
 
     return LeanWorkersFnApiRunner
+
+
+def use_recordforge_workers(pipeline_proto) -> int:
+    """Make the environments of `pipeline_proto` that run Beam's default worker command run
+    recordforge's (WORKER_MODULE) instead; returns how many it changed."""
+    from apache_beam.portability import python_urns
+
+    beam, lean = (command.encode() for command in worker_commands())
+    changed = 0
+    for environment in pipeline_proto.components.environments.values():
+        if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == beam:
+            environment.payload = lean
+            changed += 1
+    return changed
 
 
 class _RunningBundles:
