@@ -246,6 +246,7 @@ class ListenerWatch:
         self.roots = list(roots)
         self.seen: dict[tuple[str, int], str] = {}  # (ip, port) -> process command line
         self.descendants: dict[int, set[int]] = {root: set() for root in roots}
+        self.commands: set[str] = set()  # command lines of the descendants
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -268,6 +269,9 @@ class ListenerWatch:
                 top = psutil.Process(root)
                 children = top.children(recursive=True)
                 self.descendants[root].update(child.pid for child in children)
+                for child in children:
+                    with contextlib.suppress(psutil.Error):
+                        self.commands.add(" ".join(child.cmdline()))
                 for process in [top, *children]:
                     with contextlib.suppress(psutil.Error):
                         for conn in process.net_connections(kind="inet"):
@@ -314,6 +318,10 @@ def test_multi_process_fn_api_runner_writes_the_in_process_bytes(table, referenc
     _, watch = run_watched([*_convert_args(table, out), *multi], [], tmp_path)
     assert_same_dataset(out, reference)
     watch.assert_loopback_only()
+    # The workers run recordforge's worker entry point, not Beam's (docs/performance.md).
+    workers = [c for c in watch.commands if c.endswith(" -m recordforge.worker")]
+    assert len(workers) == 2, sorted(watch.commands)
+    assert not [c for c in watch.commands if "sdk_worker_main" in c], sorted(watch.commands)
 
 
 def test_portable_runner_with_job_service_and_worker_pool(

@@ -118,14 +118,73 @@ def in_global_window(value):
 def fn_api_runner(progress_seconds: float | None = None, **runner_arguments):
     """Beam's FnApiRunner: local, in-process or multi-process.
 
+    Its worker processes (`--direct_running_mode=multi_processing`) start with recordforge's
+    worker entry point (`recordforge.worker`) instead of Beam's own, which runs the
+    same SDK worker without importing the connectors a conversion never uses.
+
     With `progress_seconds`, one whose `metrics()` also answers while `run()` runs the job
     (Beam's answers only from the result `run()` returns): the bundles finished so far and
     the running ones' figures, asked of the workers every `progress_seconds`.
     """
-    if progress_seconds is None:
-        return __getattr__("FnApiRunner")(**runner_arguments)
     _require_tested_beam()
+    if progress_seconds is None:
+        return _lean_workers_fn_api_runner_class()(**runner_arguments)
     return _live_fn_api_runner_class()(progress_seconds, **runner_arguments)
+
+
+# The module FnApiRunner's worker processes run (`python -m WORKER_MODULE`).
+WORKER_MODULE = "recordforge.worker"
+
+
+def worker_commands() -> tuple[str, str]:
+    """The command line Beam's FnApiRunner gives its worker processes in multi-processing mode
+    (spelt as fn_runner.FnApiRunner.run_pipeline spells it), and recordforge's."""
+    import sys
+
+    beam = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
+    return beam, f"{sys.executable} -m {WORKER_MODULE}"
+
+
+def run_sdk_worker(argv: list[str]) -> None:
+    """Beam's SDK worker: connects to the runner named in its environment variables and runs
+    the bundles the runner sends until the runner closes the connection."""
+    from apache_beam.runners.worker import sdk_worker_main
+
+    sdk_worker_main.main(argv)
+
+
+@functools.cache
+def _lean_workers_fn_api_runner_class() -> type:
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    class LeanWorkersFnApiRunner(fn_runner.FnApiRunner):
+        """FnApiRunner whose worker processes run recordforge's worker entry point.
+
+        Beam picks the workers' command inside `run_pipeline` (from --direct_running_mode)
+        and writes it into the pipeline proto's environment: an environment that runs Beam's
+        default command gets recordforge's here, just before the proto runs. Any other
+        environment (a command the user chose) is left as it is.
+        """
+
+        def run_via_runner_api(self, pipeline_proto, options):
+            use_recordforge_workers(pipeline_proto)
+            return super().run_via_runner_api(pipeline_proto, options)
+
+    return LeanWorkersFnApiRunner
+
+
+def use_recordforge_workers(pipeline_proto) -> int:
+    """Make the environments of `pipeline_proto` that run Beam's default worker command run
+    recordforge's (WORKER_MODULE) instead; returns how many it changed."""
+    from apache_beam.portability import python_urns
+
+    beam, lean = (command.encode() for command in worker_commands())
+    changed = 0
+    for environment in pipeline_proto.components.environments.values():
+        if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == beam:
+            environment.payload = lean
+            changed += 1
+    return changed
 
 
 class _RunningBundles:
@@ -292,7 +351,7 @@ def _live_fn_api_runner_class() -> type:
                     instruction_id, response.process_bundle_progress.monitoring_infos
                 )
 
-    class LiveFnApiRunner(fn_runner.FnApiRunner):
+    class LiveFnApiRunner(_lean_workers_fn_api_runner_class()):
         """FnApiRunner whose `metrics()` reports the job `run()` is running (one run each)."""
 
         def __init__(self, progress_seconds: float, **runner_arguments) -> None:

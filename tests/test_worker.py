@@ -1,0 +1,69 @@
+"""recordforge's worker entry point for FnApiRunner's worker processes (recordforge.worker)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import apache_beam as beam
+from apache_beam.transforms.environments import SubprocessSDKEnvironment
+
+from recordforge.transforms.internals import use_recordforge_workers, worker_commands
+from recordforge.worker import UNUSED_IN_WORKERS
+
+# What a worker process imports before it serves bundles, and what it keeps out.
+_PROBE = """
+import sys
+from recordforge.worker import RefuseImports, UNUSED_IN_WORKERS
+sys.meta_path.insert(0, RefuseImports(UNUSED_IN_WORKERS))
+import apache_beam.runners.worker.sdk_worker_main
+import apache_beam.io.gcp.gcsfilesystem  # gs:// inputs stay readable
+import recordforge.transforms.convert, recordforge.transforms.write
+print(sorted(n for n in sys.modules if n.split(".")[0] == "pandas" or n in UNUSED_IN_WORKERS))
+try:
+    import pandas.core.frame  # the package is refused first
+except ModuleNotFoundError as error:
+    print("refused:", error.name)
+"""
+
+
+def test_a_worker_runs_beam_and_recordforge_without_the_refused_modules():
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "refused: pandas"]
+    # Beam prints nothing about the missing connectors (they are optional to it).
+    assert "Traceback" not in result.stderr
+
+
+def test_the_refused_modules_are_installed_so_refusing_them_matters():
+    import importlib.util
+
+    installed = [name for name in UNUSED_IN_WORKERS if importlib.util.find_spec(name)]
+    assert "pandas" in installed and "google.cloud.bigquery" in installed
+
+
+def _proto(command: str):
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.Create([1]) | beam.Map(lambda x: x)
+    environment = SubprocessSDKEnvironment.from_command_string(command)
+    return pipeline.to_runner_api(default_environment=environment)
+
+
+def _commands(proto) -> set[bytes]:
+    return {e.payload for e in proto.components.environments.values() if e.payload}
+
+
+def test_beams_default_worker_command_becomes_recordforges():
+    beam_command, lean_command = worker_commands()
+    proto = _proto(beam_command)
+    assert use_recordforge_workers(proto) >= 1
+    assert _commands(proto) == {lean_command.encode()}
+    assert lean_command.endswith(" -m recordforge.worker")
+
+
+def test_a_worker_command_the_user_chose_is_left_alone():
+    proto = _proto(f"{sys.executable} -m my.own.worker")
+    assert use_recordforge_workers(proto) == 0
+    assert _commands(proto) == {f"{sys.executable} -m my.own.worker".encode()}
