@@ -32,6 +32,7 @@ from conftest import RECORDFORGE, make_image
 from test_runners import servers  # noqa: F401  (a fixture: starts and stops server processes)
 
 from recordforge.pipelines.verify import verify_dataset
+from recordforge.transforms.internals import WORKER_MODULE
 
 STRACE = shutil.which("strace")
 ARGS = (
@@ -424,10 +425,10 @@ def test_a_worker_process_killed_mid_bundle_leaves_old_and_resume_finishes(
     _place(old, out)
     process = _start(photos, out, *MULTI)
     assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    workers = [
+    workers = [  # the runner's worker processes run recordforge's worker entry point
         pid
         for pid in _descendants(process.pid)
-        if b"sdk_worker_main" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        if WORKER_MODULE.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
         and not pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/bin/sh")
     ]
     assert workers, "no worker process found"
