@@ -9,12 +9,19 @@ unimportable in the worker before Beam's SDK worker starts (docs/performance.md 
 The output does not depend on it: the same DoFns run on the same elements.
 
 Google Cloud Storage stays importable: a local run may read `gs://` inputs.
+
+With `--fork-server` it is the fork server of recordforge/worker_forks.py instead: it imports
+Beam's SDK worker and recordforge's transforms once and forks each worker from itself.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
+import pkgutil
 import sys
+
+from recordforge.worker_forks import FORK_SERVER_FLAG, serve
 
 # Top-level names of modules a worker refuses to import, and why each is safe to refuse:
 # Beam's package imports them only inside `try: ... except ImportError` blocks.
@@ -49,10 +56,26 @@ class RefuseImports(importlib.abc.MetaPathFinder):
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv if argv is None else argv)
     sys.meta_path.insert(0, RefuseImports(UNUSED_IN_WORKERS))
     from recordforge.transforms.internals import run_sdk_worker
 
-    run_sdk_worker(list(sys.argv if argv is None else argv))
+    if FORK_SERVER_FLAG not in argv[1:]:
+        run_sdk_worker(argv)
+        return
+    from recordforge.transforms.internals import import_sdk_worker
+
+    import_sdk_worker()
+    _import_transforms()
+    serve(lambda: run_sdk_worker([argv[0]]))
+
+
+def _import_transforms() -> None:
+    """Import every module of recordforge.transforms: the DoFns a worker unpickles are there."""
+    import recordforge.transforms as transforms
+
+    for module in pkgutil.walk_packages(transforms.__path__, "recordforge.transforms."):
+        importlib.import_module(module.name)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from test_runners import servers  # noqa: F401  (a fixture: starts and stops ser
 
 from recordforge.pipelines.verify import verify_dataset
 from recordforge.transforms.internals import WORKER_MODULE
+from recordforge.worker_forks import FORK_SERVER_FLAG
 
 STRACE = shutil.which("strace")
 ARGS = (
@@ -418,29 +419,45 @@ def test_a_stop_exits_with_one_line_keeps_the_staged_work_and_resume_finishes(
 # --- a worker process killed mid-bundle -------------------------------------------------------
 
 
+@pytest.mark.parametrize("victim", ["a worker", "the fork server"])
 def test_a_worker_process_killed_mid_bundle_leaves_old_and_resume_finishes(
-    photos, tmp_path, old, new
+    photos, tmp_path, old, new, victim
 ):
     out = tmp_path / "out"
     _place(old, out)
     process = _start(photos, out, *MULTI)
     assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    workers = [  # the runner's worker processes run recordforge's worker entry point
+    # The runner's worker processes are forked by recordforge's fork server, a child of the
+    # launcher running recordforge's worker entry point.
+    server = [
         pid
         for pid in _descendants(process.pid)
-        if WORKER_MODULE.encode() in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-        and not pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/bin/sh")
+        if _parent(pid) == process.pid
+        and f"{WORKER_MODULE}\0{FORK_SERVER_FLAG}".encode()
+        in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
+    assert len(server) == 1, "no fork server found"
+    workers = [pid for pid in _descendants(server[0]) if _parent(pid) == server[0]]
     assert workers, "no worker process found"
-    os.kill(workers[0], signal.SIGKILL)
+    os.kill(workers[0] if victim == "a worker" else server[0], signal.SIGKILL)
     _, stderr = process.communicate(timeout=300)
     state = check_invariant(out, old, new)
     if process.returncode:
         lines = stderr.strip().splitlines()
         assert "Traceback" not in stderr, stderr
         assert lines[-1].startswith("recordforge: failed: the runner lost a worker process"), stderr
-    tally("a worker process killed mid-bundle", outcome=state, exit=process.returncode, lost=0)
+    alive = [pid for pid in [*server, *workers] if _running(pid)]
+    assert not alive, f"worker processes left running: {alive}"
+    tally(f"{victim} process killed mid-bundle", outcome=state, exit=process.returncode, lost=0)
     resume_completes(photos, out, new)
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
 
 
 # --- a filesystem that fills up ---------------------------------------------------------------

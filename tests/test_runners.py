@@ -247,6 +247,7 @@ class ListenerWatch:
         self.seen: dict[tuple[str, int], str] = {}  # (ip, port) -> process command line
         self.descendants: dict[int, set[int]] = {root: set() for root in roots}
         self.commands: set[str] = set()  # command lines of the descendants
+        self.processes: dict[int, tuple[int, str]] = {}  # descendant -> (parent, command line)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -271,7 +272,9 @@ class ListenerWatch:
                 self.descendants[root].update(child.pid for child in children)
                 for child in children:
                     with contextlib.suppress(psutil.Error):
-                        self.commands.add(" ".join(child.cmdline()))
+                        command = " ".join(child.cmdline())
+                        self.commands.add(command)
+                        self.processes.setdefault(child.pid, (child.ppid(), command))
                 for process in [top, *children]:
                     with contextlib.suppress(psutil.Error):
                         for conn in process.net_connections(kind="inet"):
@@ -318,9 +321,17 @@ def test_multi_process_fn_api_runner_writes_the_in_process_bytes(table, referenc
     _, watch = run_watched([*_convert_args(table, out), *multi], [], tmp_path)
     assert_same_dataset(out, reference)
     watch.assert_loopback_only()
-    # The workers run recordforge's worker entry point, not Beam's (docs/performance.md).
-    workers = [c for c in watch.commands if c.endswith(" -m recordforge.worker")]
-    assert len(workers) == 2, sorted(watch.commands)
+    # The workers are forked by recordforge's fork server, a child of the launcher running
+    # recordforge's worker entry point; nothing runs Beam's (docs/performance.md).
+    launcher = watch.roots[0]
+    servers = [
+        pid
+        for pid, (parent, command) in watch.processes.items()
+        if parent == launcher and command.endswith(" -m recordforge.worker --fork-server")
+    ]
+    assert len(servers) == 1, watch.processes
+    workers = [pid for pid, (parent, _) in watch.processes.items() if parent == servers[0]]
+    assert len(workers) == 2, watch.processes
     assert not [c for c in watch.commands if "sdk_worker_main" in c], sorted(watch.commands)
 
 

@@ -145,12 +145,22 @@ def worker_commands() -> tuple[str, str]:
     return beam, f"{sys.executable} -m {WORKER_MODULE}"
 
 
+# The environment of worker processes forked by recordforge's fork server (a recordforge URN:
+# FnApiRunner looks up the worker handler of an environment by its URN).
+FORKED_WORKERS_URN = "recordforge:env:forked_python_workers:v1"
+
+
 def run_sdk_worker(argv: list[str]) -> None:
     """Beam's SDK worker: connects to the runner named in its environment variables and runs
     the bundles the runner sends until the runner closes the connection."""
+    import_sdk_worker().main(argv)
+
+
+def import_sdk_worker():
+    """Beam's SDK worker module (imported by the fork server before it forks workers)."""
     from apache_beam.runners.worker import sdk_worker_main
 
-    sdk_worker_main.main(argv)
+    return sdk_worker_main
 
 
 @functools.cache
@@ -167,24 +177,117 @@ def _lean_workers_fn_api_runner_class() -> type:
         """
 
         def run_via_runner_api(self, pipeline_proto, options):
-            use_recordforge_workers(pipeline_proto)
-            return super().run_via_runner_api(pipeline_proto, options)
+            if not use_recordforge_workers(pipeline_proto):
+                return super().run_via_runner_api(pipeline_proto, options)
+            with forked_workers():
+                return super().run_via_runner_api(pipeline_proto, options)
 
+    _forked_worker_handler_class()
     return LeanWorkersFnApiRunner
 
 
 def use_recordforge_workers(pipeline_proto) -> int:
     """Make the environments of `pipeline_proto` that run Beam's default worker command run
-    recordforge's (WORKER_MODULE) instead; returns how many it changed."""
+    recordforge's workers, forked by its fork server (FORKED_WORKERS_URN), instead; returns
+    how many it changed."""
     from apache_beam.portability import python_urns
 
     beam, lean = (command.encode() for command in worker_commands())
     changed = 0
     for environment in pipeline_proto.components.environments.values():
         if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == beam:
+            environment.urn = FORKED_WORKERS_URN
             environment.payload = lean
             changed += 1
     return changed
+
+
+_fork_servers: list = []  # the fork server of the run in progress (one FnApiRunner run at a time)
+
+
+@contextlib.contextmanager
+def forked_workers() -> Iterator[None]:
+    """While the block runs, a fork server (recordforge/worker_forks.py) is up for the
+    FORKED_WORKERS_URN environments' workers; it is ended (with any worker left) after."""
+    import sys
+
+    from recordforge.worker_forks import FORK_SERVER_FLAG, ForkServer
+
+    server = ForkServer([sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG])
+    _fork_servers.append(server)
+    try:
+        yield
+    finally:
+        _fork_servers.remove(server)
+        server.close()
+
+
+@functools.cache
+def _forked_worker_handler_class() -> type:
+    """FnApiRunner's worker handler for FORKED_WORKERS_URN: Beam's SubprocessSdkWorkerHandler
+    with SubprocessSdkWorker.run's steps, the worker process forked rather than started."""
+    import grpc
+    from apache_beam.portability.api import beam_fn_api_pb2_grpc, endpoints_pb2
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+    from apache_beam.utils import thread_pool_executor
+    from google.protobuf import json_format, text_format
+
+    from recordforge.worker_forks import ForkServerGone
+
+    @worker_handlers.WorkerHandler.register_environment(FORKED_WORKERS_URN, bytes)
+    class ForkedWorkerHandler(worker_handlers.GrpcWorkerHandler):
+        def __init__(self, command, state, provision_info, grpc_server) -> None:
+            super().__init__(state, provision_info, grpc_server)
+
+        def start_worker(self) -> None:
+            server = _fork_servers[-1]
+            self.worker_thread = threading.Thread(
+                name="run_worker", target=self._run_worker, args=(server,)
+            )
+            self.worker_thread.start()
+
+        def stop_worker(self) -> None:
+            self.worker_thread.join()
+
+        def _run_worker(self, server) -> None:
+            logging_server = grpc.server(
+                thread_pool_executor.shared_unbounded_instance(),
+                options=[
+                    ("grpc.http2.max_pings_without_data", 0),
+                    ("grpc.http2.max_ping_strikes", 0),
+                ],
+            )
+            logging_port = logging_server.add_insecure_port("[::]:0")
+            logging_server.start()
+            beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(
+                local_job_service.BeamFnLoggingServicer(), logging_server
+            )
+            env = {
+                "CONTROL_API_SERVICE_DESCRIPTOR": text_format.MessageToString(
+                    endpoints_pb2.ApiServiceDescriptor(url=self.control_address)
+                ),
+                "LOGGING_API_SERVICE_DESCRIPTOR": text_format.MessageToString(
+                    endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{logging_port}")
+                ),
+                "PIPELINE_OPTIONS": json_format.MessageToJson(
+                    self.provision_info.provision_info.pipeline_options
+                ),
+            }
+            if self.worker_id:
+                env["WORKER_ID"] = self.worker_id
+            try:
+                try:
+                    code = server.run_worker(env)
+                except ForkServerGone as gone:
+                    raise RuntimeError(f"{FN_API_LOST_WORKER} unknown: {gone}") from gone
+                if code:
+                    # The text Beam's own handler raises, which recordforge/command.py reads.
+                    raise RuntimeError(f"{FN_API_LOST_WORKER} {code}")
+            finally:
+                logging_server.stop(0)
+
+    return ForkedWorkerHandler
 
 
 class _RunningBundles:
