@@ -262,7 +262,9 @@ def run_plan(
 
 def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> PipelineOptions:
     """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest."""
-    return beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+    return beam_options(
+        [*runner_args(args.runner, args.worker_pool, args.workers, beam_args), *beam_args]
+    )
 
 
 def prepare_conversion(

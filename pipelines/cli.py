@@ -22,10 +22,7 @@ from recordforge.pipelines.assembly import build_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
-from recordforge.pipelines.runner import (
-    add_runner_options,
-    beam_options,
-)
+from recordforge.pipelines.runner import add_runner_options, beam_options, how_it_runs
 from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
@@ -247,7 +244,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     finally:
         prepared.release()
     dataset = open_dataset(output)
-    _print_summary(dataset, time.monotonic() - started)
+    _print_summary(dataset, time.monotonic() - started, how_it_runs(options))
     if staging.mode == JOURNAL and staging.reason:
         print(f"  committed file by file (not by one folder swap): {staging.reason}")
     return EXIT_OK
@@ -270,7 +267,8 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         return _report_failure(error, prepared)
     finally:
         prepared.release()
-    _print_summary(open_dataset(output), time.monotonic() - started, verb="Resharded")
+    seconds = time.monotonic() - started
+    _print_summary(open_dataset(output), seconds, how_it_runs(options), verb="Resharded")
     return EXIT_OK
 
 
@@ -382,13 +380,26 @@ def _out_of_space(error: BaseException) -> str | None:
     return None
 
 
-def _print_summary(dataset: DatasetFolder, seconds: float, verb: str = "Converted") -> None:
+# What a record is, by the manifest's source kind, for the summary's rate.
+_RECORDS_ARE = {"images": "images", "csv": "rows"}
+
+
+def _print_summary(
+    dataset: DatasetFolder, seconds: float, how: str, verb: str = "Converted"
+) -> None:
     manifest, output = dataset.manifest.to_dict(), dataset.folder
     print(
         f"{verb} {plural(manifest['num_inputs'], 'input')} into "
         f"{plural(manifest['num_records'], 'record')} in {seconds:.1f} s"
     )
     source = manifest.get("source") or {}
+    written = sum(split["num_bytes"] for split in manifest["splits"].values())
+    per_second = 1 / max(seconds, 1e-3)
+    records_are = _RECORDS_ARE.get(source.get("kind"), "records")
+    print(
+        f"  {manifest['num_records'] * per_second:,.0f} {records_are}/s, "
+        f"{written * per_second / 1e6:,.1f} MB/s written; ran {how}"
+    )
     if source.get("splits"):  # the splits the inputs named: folders, names, SOURCE=SPLIT
         print(f"  {source['splits']}")
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")

@@ -115,7 +115,9 @@ def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
     """
     output = preflight.normalize_path(args.output)
     config, inputs = build_reshard_config(args, output=output)
-    options = beam_options([*runner_args(args.runner, args.worker_pool), *beam_args])
+    options = beam_options(
+        [*runner_args(args.runner, args.worker_pool, args.workers, beam_args), *beam_args]
+    )
     check_runner_reachable(options)
     prepared = output_folder.prepare_output(
         output,

@@ -6,10 +6,12 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import socket
 from collections.abc import Sequence
 
 from apache_beam.options.pipeline_options import (
+    DirectOptions,
     GoogleCloudOptions,
     PipelineOptions,
     PortableOptions,
@@ -40,8 +42,16 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
     """--runner and --worker_pool: the runners recordforge is tested on, by short names."""
     group = parser.add_argument_group(
         "runner",
-        "Where the pipeline runs. Default: Beam's FnApiRunner in this process (add "
-        "--direct_num_workers=2 --direct_running_mode=multi_processing for worker processes).",
+        "Where the pipeline runs. Default: Beam's FnApiRunner in this process (--workers N "
+        "for N worker processes).",
+    )
+    group.add_argument(
+        "--workers",
+        metavar="N",
+        type=int,
+        help="the local runner: run the pipeline in N worker processes (short for "
+        "--direct_num_workers=N --direct_running_mode=multi_processing); default 1, this "
+        "process, which is the faster one on the sets measured in docs/performance.md",
     )
     group.add_argument(
         "--runner",
@@ -58,13 +68,21 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def runner_args(runner: str | None, worker_pool: str | None) -> list[str]:
-    """The Beam arguments that `--runner NAME` and `--worker_pool HOST:PORT` stand for.
+def runner_args(
+    runner: str | None,
+    worker_pool: str | None,
+    workers: int | None = None,
+    beam_args: Sequence[str] = (),
+) -> list[str]:
+    """The Beam arguments that `--runner NAME`, `--worker_pool HOST:PORT` and `--workers N`
+    stand for (`beam_args`, the Beam flags given beside them, are only checked).
 
     Raises:
-        UsageError: a runner name Beam does not know, or a worker pool without a portable runner.
+        UsageError: a runner name Beam does not know, a worker pool without a portable runner,
+            or --workers that is not a positive count, beside another runner or Beam's own
+            worker flags.
     """
-    args = []
+    args = _local_workers_args(runner, workers, beam_args)
     if runner is not None:
         args.append(f"--runner={_runner_path(runner)}")
     if worker_pool is not None:
@@ -250,6 +268,39 @@ def _check_connects(option: str, what: str, address: str) -> None:
             f"{what} at {address} ({option}) does not answer: {reason}; start it, or check the "
             "address"
         ) from None
+
+
+_LOCAL_WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
+
+
+def _local_workers_args(runner: str | None, workers: int | None, beam_args: Sequence[str]):
+    if workers is None:
+        return []
+    if workers < 1:
+        raise UsageError(f"--workers wants a count of 1 or more, got {workers}")
+    if runner is not None:
+        raise UsageError(
+            "--workers is for the local runner; other runners size their workers with their "
+            "own options (Dask: its cluster; Dataflow: --num_workers)"
+        )
+    given = sorted({a.split("=")[0] for a in beam_args if a.startswith(_LOCAL_WORKER_FLAGS)})
+    if given:
+        raise UsageError(f"give --workers or Beam's {' and '.join(given)}, not both")
+    if workers == 1:
+        return []
+    return [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+
+
+def how_it_runs(options: PipelineOptions) -> str:
+    """Where a run's pipeline runs, in words: 'in this process', 'in 4 worker processes', or
+    'on <runner>'."""
+    if not uses_default_runner(options):
+        return f"on {options.view_as(StandardOptions).runner.rpartition('.')[2]}"
+    direct = options.view_as(DirectOptions)
+    workers = direct.direct_num_workers or 1
+    if direct.direct_running_mode == "multi_processing" and workers != 1:
+        return f"in {os.cpu_count() if workers == 0 else workers} worker processes"
+    return "in this process"
 
 
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import time
 
@@ -27,8 +28,9 @@ def test_same_input_gives_byte_identical_shards_in_process_and_multi_process(
         "first": (),
         "second": (),
         "multi": MULTI_PROCESS,
+        "workers": ("--workers", "3"),
     }
-    outputs = {}
+    outputs, summaries = {}, {}
     for label, extra in runs.items():
         out = tmp_path / label
         result = cli(
@@ -36,12 +38,18 @@ def test_same_input_gives_byte_identical_shards_in_process_and_multi_process(
         )
         assert result.returncode == 0, result.stderr
         outputs[label] = _shard_bytes(out)
+        summaries[label] = result.stdout.splitlines()[1]
     assert len(outputs["first"]) > 3
-    assert outputs["first"] == outputs["second"] == outputs["multi"]
+    assert outputs["first"] == outputs["second"] == outputs["multi"] == outputs["workers"]
     manifests = [json.loads((tmp_path / label / "dataset_info.json").read_text()) for label in runs]
     for manifest in manifests:
         manifest.pop("created")
-    assert manifests[0] == manifests[1] == manifests[2]
+    assert manifests[0] == manifests[1] == manifests[2] == manifests[3]
+    # The summary says how fast, and how it ran.
+    rate = r"  [\d,]+ images/s, [\d,.]+ MB/s written; ran "
+    assert re.fullmatch(rate + "in this process", summaries["first"]), summaries
+    assert re.fullmatch(rate + "in 2 worker processes", summaries["multi"]), summaries
+    assert re.fullmatch(rate + "in 3 worker processes", summaries["workers"]), summaries
 
 
 def test_splits_shards_balance_and_counts(many_images, tmp_path, cli):

@@ -1,11 +1,15 @@
-"""--runner shorthands and --worker_pool: what they stand for, and the mistakes caught early."""
+"""--runner shorthands, --worker_pool and --workers: what they stand for, and the mistakes caught
+early."""
 
 from __future__ import annotations
+
+import re
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import (
     GoogleCloudOptions,
+    PipelineOptions,
     PortableOptions,
     StandardOptions,
 )
@@ -14,7 +18,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 from conftest import is_loopback
 
-from recordforge.pipelines.runner import beam_options, runner_args
+from recordforge.pipelines.runner import beam_options, how_it_runs, runner_args
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.internals import dofns_inspected_once
 
@@ -72,6 +76,57 @@ def test_runner_args_expand_the_short_forms(runner, worker_pool, expected):
 def test_runner_mistakes_are_usage_errors(runner, worker_pool, phrase):
     with pytest.raises(UsageError, match=phrase):
         runner_args(runner, worker_pool)
+
+
+@pytest.mark.parametrize(
+    ("workers", "expected"),
+    [
+        (None, []),
+        (1, []),
+        (2, ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]),
+        (16, ["--direct_num_workers=16", "--direct_running_mode=multi_processing"]),
+    ],
+)
+def test_workers_stand_for_beams_local_worker_flags(workers, expected):
+    assert runner_args(None, None, workers) == expected
+
+
+@pytest.mark.parametrize(
+    ("runner", "workers", "beam_args", "phrase"),
+    [
+        (None, 0, [], "a count of 1 or more, got 0"),
+        (None, -2, [], "a count of 1 or more, got -2"),
+        ("dask", 2, [], "--workers is for the local runner"),
+        ("DataflowRunner", 1, [], "--workers is for the local runner"),
+        (None, 2, ["--direct_num_workers=4"], "give --workers or Beam's --direct_num_workers,"),
+        (
+            None,
+            1,
+            ["--direct_running_mode=multi_processing", "--direct_num_workers", "2"],
+            "Beam's --direct_num_workers and --direct_running_mode, not both",
+        ),
+    ],
+)
+def test_workers_mistakes_are_usage_errors(runner, workers, beam_args, phrase):
+    with pytest.raises(UsageError, match=re.escape(phrase)):
+        runner_args(runner, None, workers, beam_args)
+
+
+@pytest.mark.parametrize(
+    ("args", "how"),
+    [
+        ([], "in this process"),
+        (
+            ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+            "in 2 worker processes",
+        ),
+        (["--direct_num_workers=2"], "in this process"),
+        (["--runner=DataflowRunner"], "on DataflowRunner"),
+        ([f"--runner={DASK}"], "on DaskRunner"),
+    ],
+)
+def test_how_it_runs_in_words(args, how):
+    assert how_it_runs(PipelineOptions(args)) == how
 
 
 def test_unknown_runner_lists_the_known_ones():
