@@ -61,6 +61,7 @@ class ForkServer:
             stdout=subprocess.PIPE,
             env={**_SINGLE_THREADED_IMPORTS, **os.environ},
         )
+        self._writing = threading.Lock()
         self._lock = threading.Lock()
         self._next_request = 0
         self._forked: dict[int, int] = {}  # request -> pid
@@ -77,7 +78,7 @@ class ForkServer:
         Raises:
             ForkServerGone: the server ended before the worker did.
         """
-        with self._lock:
+        with self._writing:  # not under self._lock, which the reader of replies needs
             request = self._next_request
             self._next_request += 1
             line = json.dumps({"request": request, "env": env}) + "\n"
@@ -86,6 +87,7 @@ class ForkServer:
                 self._process.stdin.flush()
             except (BrokenPipeError, ValueError) as error:
                 raise ForkServerGone("the fork server of the worker processes ended") from error
+        with self._lock:
             while request not in self._forked and not self._gone:
                 self._changed.wait()
             pid = self._forked.get(request)
