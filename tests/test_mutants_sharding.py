@@ -15,7 +15,13 @@ import pytest
 
 from recordforge.transforms.core.planning import placement
 from recordforge.transforms.core.planning.keys import order_key
-from recordforge.transforms.core.planning.placement import FineTotals
+from recordforge.transforms.core.planning.placement import (
+    FineTotals,
+    WholeShardTable,
+    bucket_totals,
+    build_layouts,
+    fine_totals,
+)
 from recordforge.transforms.core.planning.sharding import (
     FINE_PER_BUCKET,
     MIB,
@@ -32,6 +38,7 @@ from recordforge.transforms.core.planning.sharding import (
     layout_split,
     plan_shards,
 )
+from recordforge.transforms.core.records import RecordRef, ref_batch
 
 
 def test_the_configuration_and_the_plan_as_the_manifest_records_them():
@@ -327,3 +334,156 @@ def test_records_in_the_last_bucket_count_towards_the_total():
     layout = layout_from_totals(_totals({NUM_BUCKETS - 1: [30, 40]}), ShardingConfig())
     assert layout.plan.stats == SplitStats(2, 70, 40)
     assert int(layout.bucket_starts[-1]) == 0 and int(layout.bucket_ends[-1]) == 70
+
+
+# --- Placement: the fine totals' accumulator and the whole-shard table ----------------------------
+
+DENSE_SLOTS = NUM_BUCKETS * FINE_PER_BUCKET
+
+
+def _dense(entries: dict[int, int]) -> FineTotals:
+    """A FineTotals whose one split, "train", is summed densely from the first batch."""
+    fine = np.array(sorted(entries), dtype=np.int64)
+    sizes = np.array([entries[f] for f in sorted(entries)], dtype=np.int64)
+    with mock.patch.object(placement, "_SPARSE_ENTRIES_MAX", 0):
+        return FineTotals().add({"train": (fine, sizes)})
+
+
+def _as_dict(totals: FineTotals, split: str = "train") -> dict[int, int]:
+    fine, sizes = totals.sparse()[split]
+    assert sizes.dtype == np.int64
+    return dict(zip(fine.tolist(), sizes.tolist(), strict=True))
+
+
+def test_merging_dense_fine_totals_adds_them_split_by_split():
+    left = _dense({3: 10, 70_000: 5})
+    left.add({"test": (np.array([3]), np.array([1]))})  # sparse, another split
+    left.merge(_dense({3: 1, 9: 2}))
+    assert _as_dict(left) == {3: 11, 9: 2, 70_000: 5}
+    assert _as_dict(left, "test") == {3: 1}
+    assert set(left.sparse()) == {"train", "test"}
+    sparse = FineTotals().add({"train": (np.array([9, 12]), np.array([4, 4]))})
+    sparse.merge(_dense({3: 1, 9: 2}))
+    assert _as_dict(sparse) == {3: 1, 9: 6, 12: 4}
+    assert set(sparse.sparse()) == {"train"}
+
+
+def test_dense_fine_totals_are_exact_int64_sums():
+    """2^53 + 1 bytes in one fine bucket: a float counter would round it to 2^53."""
+    totals = _dense({7: 1 << 53})
+    totals.add({"train": (np.array([7]), np.array([1]))})
+    assert _as_dict(totals) == {7: (1 << 53) + 1}
+
+
+def test_dense_fine_totals_pickle_sparse_until_half_are_filled():
+    few = _dense({k * 1_000: k + 1 for k in range(100)})
+    encoded = pickle.dumps(few)
+    assert len(encoded) < 20_000  # 100 (fine bucket, bytes) pairs, not 8 MiB of counters
+    assert _as_dict(pickle.loads(encoded)) == _as_dict(few)
+    # 40% filled: 16 B per filled fine bucket (6.7 MB) is still less than 8 B per counter (8.4 MB).
+    filled = np.arange(0, DENSE_SLOTS - 1, 5, dtype=np.int64)
+    filled = np.sort(np.concatenate([filled, filled + 1]))
+    with mock.patch.object(placement, "_SPARSE_ENTRIES_MAX", 0):
+        many = FineTotals().add({"train": (filled, np.ones(len(filled), np.int64))})
+    assert 16 * len(filled) < 8 * DENSE_SLOTS
+    assert len(pickle.dumps(many)) < 16 * len(filled) + 10_000
+
+
+def test_dense_fine_totals_unpickled_from_read_only_buffers_can_still_be_added_to():
+    """Out-of-band pickle buffers (protocol 5) can come back read-only."""
+    full = FineTotals().add({"train": (np.arange(DENSE_SLOTS), np.ones(DENSE_SLOTS, np.int64))})
+    buffers: list = []
+    encoded = pickle.dumps(full, protocol=5, buffer_callback=buffers.append)
+    back = pickle.loads(encoded, buffers=[bytes(b.raw()) for b in buffers])
+    back.add({"train": (np.array([5]), np.array([10]))})
+    back.merge(_dense({5: 1}))  # `+=` refuses a read-only array (np.add.at does not)
+    fine, sizes = back.sparse()["train"]
+    assert len(fine) == DENSE_SLOTS and sizes[5] == 12 and sizes.sum() == DENSE_SLOTS + 11
+
+
+def test_the_whole_shard_table_has_a_row_for_cut_buckets_only():
+    layout = layout_from_totals(_totals({0: [10], 3: [20], 4: [10]}), ShardingConfig(num_shards=2))
+    fine = np.zeros((1, FINE_PER_BUCKET), dtype=np.int64)
+    fine[0, 1], fine[0, 3] = 10, 10
+    table = WholeShardTable.of(layout.refine(fine))
+    assert table.cut_rows[3] == 0
+    assert (np.delete(table.cut_rows, 3) == -1).all()
+    assert table.buckets[:5].tolist() == [0, -1, -1, -1, 1]
+
+
+def _ref(split: str, order: bytes, size: int) -> RecordRef:
+    return RecordRef(split, order, size, b"", None, 0, "img.jpg", None, None, 0)
+
+
+def test_bucket_totals_are_exact_int64_past_float_precision():
+    """Two records of 2^53 and 1 bytes in bucket 0x0102: 2^53 + 1 bytes, which a float
+    counter would round to 2^53."""
+    refs = [
+        _ref("train", b"\x01\x02" + bytes([k]) * 14, size) for k, size in ((1, 1 << 53), (2, 1))
+    ]
+    counts = bucket_totals(ref_batch(refs))["train"]
+    assert counts.dtype == np.int64
+    assert counts[:, 0x0102].tolist() == [2, (1 << 53) + 1, 1 << 53]
+    assert int(counts.sum()) == 2 + (1 << 53) + 1 + (1 << 53)
+
+
+def test_every_split_gets_a_layout_configured_or_found():
+    """A configured split without records gets an empty layout; a split records name that was
+    not configured gets one too."""
+    totals = {"extra": _totals({5: [100, 200]})}
+    layouts = build_layouts(totals, ShardingConfig(), ["train", "test"])
+    assert sorted(layouts) == ["extra", "test", "train"]
+    for split in ("train", "test"):
+        assert layouts[split].plan.num_shards == 0
+        assert layouts[split].bucket_starts.dtype == np.int64
+        assert layouts[split].bucket_ends.dtype == np.int64
+        assert not layouts[split].bucket_ends.any()
+    assert layouts["extra"].plan.stats == SplitStats(2, 300, 200)
+
+
+def test_sparse_fine_totals_of_buckets_are_exact_int64():
+    totals = FineTotals().add({"train": (np.array([0x12 << 4 | 3]), np.array([1 << 53]))})
+    totals.add({"train": (np.array([0x12 << 4 | 3, 0x40 << 4]), np.array([1, 9]))})
+    found = totals.of_buckets("train", np.array([0x12, 0x30, 0x40]))
+    assert found.dtype == np.int64 and found.shape == (3, FINE_PER_BUCKET)
+    expected = np.zeros((3, FINE_PER_BUCKET), dtype=np.int64)
+    expected[0, 3], expected[2, 0] = (1 << 53) + 1, 9
+    assert found.tolist() == expected.tolist()
+
+
+def test_sparse_fine_totals_sum_pieces_that_are_not_yet_summed():
+    """Pieces passed in unsorted or with a fine bucket twice are summed before use."""
+    for fine, sizes, expected in (
+        ([17, 17], [20, 30], {17: 50}),
+        ([9, 4], [1, 2], {4: 2, 9: 1}),
+        ([3, 9, 5], [1, 2, 3], {3: 1, 5: 3, 9: 2}),
+        ([3, 9, 9, 12], [1, 2, 3, 4], {3: 1, 9: 5, 12: 4}),
+    ):
+        totals = FineTotals().add({"train": (np.array(fine), np.array(sizes))})
+        assert _as_dict(totals) == expected
+        found, summed = totals.sparse()["train"]
+        assert found.tolist() == sorted(expected)
+
+
+def test_fine_totals_of_a_split_without_records_are_zero():
+    never = FineTotals().of_buckets("train", np.array([1, 2]))
+    assert never.dtype == np.int64 and never.tolist() == [[0] * FINE_PER_BUCKET] * 2
+    empty = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    totals = FineTotals().add({"train": empty}).add({"train": empty})
+    assert totals.of_buckets("train", np.array([1])).tolist() == [[0] * FINE_PER_BUCKET]
+    fine, sizes = totals.sparse()["train"]
+    assert fine.dtype == np.int64 and sizes.dtype == np.int64 and len(fine) == len(sizes) == 0
+
+
+def test_fine_totals_of_a_batch_are_exact_int64():
+    refs = [_ref("train", b"\x01\x02\x30" + bytes(13), 1 << 53), _ref("train", b"\x01\x02\x3f", 1)]
+    fine, sizes = fine_totals(ref_batch(refs))["train"]
+    assert sizes.dtype == np.int64
+    assert fine.tolist() == [0x01023] and sizes.tolist() == [(1 << 53) + 1]
+
+
+def test_one_add_reaches_every_split_after_a_dense_one():
+    totals = _dense({3: 10})
+    totals.add({"train": (np.array([3]), np.array([1])), "test": (np.array([4]), np.array([2]))})
+    assert _as_dict(totals) == {3: 11}
+    assert _as_dict(totals, "test") == {4: 2}
