@@ -115,16 +115,19 @@ def test_empty_split_gets_no_shards():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("kwargs", "message"),
     [
-        {"num_hosts": 0},
-        {"min_shard_bytes": 0},
-        {"min_shard_bytes": 300 * MIB},  # above the default maximum
-        {"num_shards": 0},
+        ({"num_hosts": 0}, "the number of hosts must be at least 1, got 0"),
+        ({"min_shard_bytes": 0}, "the minimum shard size must be positive"),
+        (  # above the default maximum
+            {"min_shard_bytes": 300 * MIB},
+            r"the minimum shard size \(300.0 MiB\) exceeds the maximum \(200.0 MiB\)",
+        ),
+        ({"num_shards": 0}, "the number of shards must be at least 1, got 0"),
     ],
 )
-def test_nonsense_thresholds_are_rejected(kwargs):
-    with pytest.raises(ValueError):
+def test_nonsense_thresholds_are_rejected(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
         ShardingConfig(**kwargs)
 
 
@@ -343,7 +346,11 @@ def test_fine_totals_that_do_not_add_up_are_refused():
     assert len(cut)
     drop = next(i for i, ref in enumerate(refs) if bucket_of(ref.order) in cut)
     missing_one = FineTotals().add(fine_totals(ref_batch(refs[:drop] + refs[drop + 1 :])))
-    with pytest.raises(ValueError, match="do not add up"):
+    with pytest.raises(
+        ValueError,
+        match="^the fine totals of the cut buckets do not add up to the buckets' totals: they "
+        "were summed over other records$",
+    ):
         refine_layouts(coarse, missing_one)
     refined = refine_layouts(coarse, FineTotals().add(fine_totals(batch)))["train"]
     assert refined.cut_buckets.tolist() == cut.tolist()
