@@ -7,7 +7,8 @@
 #               a score per module, the surviving mutants listed (see docs/testing.md);
 #               MUTANTS="recordforge.transforms.core.tfrecord.framing.*" runs some mutants only
 # recordforge is installed as a package (not in editable mode), as workers will import it;
-# the install is redone whenever a source file changes.
+# the install is redone whenever a source file changes, without setuptools' build/ folder
+# (a stale one puts modules that no longer exist into the wheel).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -63,18 +64,22 @@ $(VENV)/bin/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: $(VENV)/bin/python $(SOURCES)
+	rm -rf build
 	$(BIN)/pip install --quiet --upgrade .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/bin/python $(SOURCES)
+	rm -rf build
 	$(BIN)/pip install --quiet --upgrade '.[test]'
 	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-mutate: $(VENV)/bin/python $(SOURCES)
+	rm -rf build
 	$(BIN)/pip install --quiet --upgrade '.[test,mutate]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 $(VENV)/.installed-bench: $(VENV)/bin/python $(SOURCES)
+	rm -rf build
 	$(BIN)/pip install --quiet --upgrade '.[bench]'
 	touch $@ $(VENV)/.installed
 
