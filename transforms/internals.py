@@ -262,7 +262,7 @@ def _forked_worker_handler_class() -> type:
                     ("grpc.http2.max_ping_strikes", 0),
                 ],
             )
-            logging_port = logging_server.add_insecure_port("[::]:0")
+            logging_port = logging_server.add_insecure_port("127.0.0.1:0")
             logging_server.start()
             beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(
                 local_job_service.BeamFnLoggingServicer(), logging_server
@@ -272,7 +272,7 @@ def _forked_worker_handler_class() -> type:
                     endpoints_pb2.ApiServiceDescriptor(url=self.control_address)
                 ),
                 "LOGGING_API_SERVICE_DESCRIPTOR": text_format.MessageToString(
-                    endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{logging_port}")
+                    endpoints_pb2.ApiServiceDescriptor(url=f"127.0.0.1:{logging_port}")
                 ),
                 "PIPELINE_OPTIONS": json_format.MessageToJson(
                     self.provision_info.provision_info.pipeline_options
