@@ -6,8 +6,10 @@ import subprocess
 import sys
 
 import apache_beam as beam
+from apache_beam.portability import python_urns
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
+from recordforge.transforms import internals
 from recordforge.transforms.internals import use_recordforge_workers, worker_commands
 from recordforge.worker import UNUSED_IN_WORKERS
 
@@ -55,12 +57,26 @@ def _commands(proto) -> set[bytes]:
     return {e.payload for e in proto.components.environments.values() if e.payload}
 
 
-def test_beams_default_worker_command_becomes_recordforges():
+def _urns(proto) -> set[str]:
+    return {e.urn for e in proto.components.environments.values() if e.payload}
+
+
+def test_beams_default_worker_command_becomes_recordforges_forked_workers():
     beam_command, lean_command = worker_commands()
     proto = _proto(beam_command)
     assert use_recordforge_workers(proto) >= 1
     assert _commands(proto) == {lean_command.encode()}
     assert lean_command.endswith(" -m recordforge.worker")
+    assert _urns(proto) == {internals.FORKED_WORKERS_URN}  # this machine runs Linux
+
+
+def test_without_fork_each_worker_is_started_with_recordforges_command(monkeypatch):
+    monkeypatch.setattr(internals, "FORK_WORKERS", False)
+    beam_command, lean_command = worker_commands()
+    proto = _proto(beam_command)
+    assert use_recordforge_workers(proto) >= 1
+    assert _commands(proto) == {lean_command.encode()}
+    assert _urns(proto) == {python_urns.SUBPROCESS_SDK}
 
 
 def test_a_worker_command_the_user_chose_is_left_alone():

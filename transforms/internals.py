@@ -31,6 +31,7 @@ import contextlib
 import functools
 import importlib
 import itertools
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -139,8 +140,6 @@ WORKER_MODULE = "recordforge.worker"
 def worker_commands() -> tuple[str, str]:
     """The command line Beam's FnApiRunner gives its worker processes in multi-processing mode
     (spelt as fn_runner.FnApiRunner.run_pipeline spells it), and recordforge's."""
-    import sys
-
     beam = f"{sys.executable} -m apache_beam.runners.worker.sdk_worker_main"
     return beam, f"{sys.executable} -m {WORKER_MODULE}"
 
@@ -177,7 +176,7 @@ def _lean_workers_fn_api_runner_class() -> type:
         """
 
         def run_via_runner_api(self, pipeline_proto, options):
-            if not use_recordforge_workers(pipeline_proto):
+            if not use_recordforge_workers(pipeline_proto) or not FORK_WORKERS:
                 return super().run_via_runner_api(pipeline_proto, options)
             with forked_workers():
                 return super().run_via_runner_api(pipeline_proto, options)
@@ -186,17 +185,24 @@ def _lean_workers_fn_api_runner_class() -> type:
     return LeanWorkersFnApiRunner
 
 
+# Workers are forked on Linux only: elsewhere (macOS) system libraries are not safe to use in a
+# child forked without exec (CPython's multiprocessing spawns there), and each worker starts
+# as its own `python -m recordforge.worker` process, as Beam starts its own.
+FORK_WORKERS = sys.platform.startswith("linux")
+
+
 def use_recordforge_workers(pipeline_proto) -> int:
     """Make the environments of `pipeline_proto` that run Beam's default worker command run
-    recordforge's workers, forked by its fork server (FORKED_WORKERS_URN), instead; returns
-    how many it changed."""
+    recordforge's workers instead, forked by its fork server (FORKED_WORKERS_URN) where
+    FORK_WORKERS; returns how many it changed."""
     from apache_beam.portability import python_urns
 
     beam, lean = (command.encode() for command in worker_commands())
     changed = 0
     for environment in pipeline_proto.components.environments.values():
         if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload == beam:
-            environment.urn = FORKED_WORKERS_URN
+            if FORK_WORKERS:
+                environment.urn = FORKED_WORKERS_URN
             environment.payload = lean
             changed += 1
     return changed
@@ -209,8 +215,6 @@ _fork_servers: list = []  # the fork server of the run in progress (one FnApiRun
 def forked_workers() -> Iterator[None]:
     """While the block runs, a fork server (recordforge/worker_forks.py) is up for the
     FORKED_WORKERS_URN environments' workers; it is ended (with any worker left) after."""
-    import sys
-
     from recordforge.worker_forks import FORK_SERVER_FLAG, ForkServer
 
     server = ForkServer([sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG])
@@ -258,7 +262,7 @@ def _forked_worker_handler_class() -> type:
                     ("grpc.http2.max_ping_strikes", 0),
                 ],
             )
-            logging_port = logging_server.add_insecure_port("[::]:0")
+            logging_port = logging_server.add_insecure_port("127.0.0.1:0")
             logging_server.start()
             beam_fn_api_pb2_grpc.add_BeamFnLoggingServicer_to_server(
                 local_job_service.BeamFnLoggingServicer(), logging_server
@@ -268,7 +272,7 @@ def _forked_worker_handler_class() -> type:
                     endpoints_pb2.ApiServiceDescriptor(url=self.control_address)
                 ),
                 "LOGGING_API_SERVICE_DESCRIPTOR": text_format.MessageToString(
-                    endpoints_pb2.ApiServiceDescriptor(url=f"localhost:{logging_port}")
+                    endpoints_pb2.ApiServiceDescriptor(url=f"127.0.0.1:{logging_port}")
                 ),
                 "PIPELINE_OPTIONS": json_format.MessageToJson(
                     self.provision_info.provision_info.pipeline_options
