@@ -1,22 +1,29 @@
-"""The TFRecord scanner on a stream cut at every byte: each cut is one exact TRUNCATED finding.
+"""The TFRecord scanner on a stream cut at every byte: each cut is one exact TRUNCATED finding;
+frames, frame headers and CRC findings against the layout built by hand.
 
 Written for mutation testing (docs/testing.md): truncation was tested at a few offsets only, so
-a header check off by one byte (a stream cut 11 bytes into a header) went unnoticed.
+a header check off by one byte (a stream cut 11 bytes into a header) went unnoticed; and no test
+of the mutated selection called `is_frame_header`.
 """
 
 from __future__ import annotations
 
 import io
+import struct
 from unittest import mock
 
+import google_crc32c
 import pytest
 
 from recordforge.transforms.core.tfrecord import framing as tfrecord
 from recordforge.transforms.core.tfrecord.framing import (
+    DATA_CRC,
+    LENGTH_CRC,
     TRUNCATED,
     FramingProblem,
     TFRecordCorruption,
     frame_record,
+    is_frame_header,
     masked_crc32c,
     read_records,
     scan_records,
@@ -111,3 +118,71 @@ def test_a_length_field_claiming_more_than_the_stream_costs_no_large_read():
         )
     ]
     assert stream.largest <= 64 << 20
+
+
+# Frames built by hand from TFRecord's layout, independently of the module under test:
+# uint64 length, its masked CRC32C, the payload, the payload's masked CRC32C (all little-endian).
+def masked(data: bytes) -> int:
+    crc = google_crc32c.value(data)
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def header_by_hand(length: int) -> bytes:
+    length_field = struct.pack("<Q", length)
+    return length_field + struct.pack("<I", masked(length_field))
+
+
+def frame_by_hand(payload: bytes, data_crc: int | None = None) -> bytes:
+    crc = masked(payload) if data_crc is None else data_crc
+    return header_by_hand(len(payload)) + payload + struct.pack("<I", crc)
+
+
+def test_frames_are_the_layout_built_by_hand():
+    for payload in [b"", b"a", b"record", bytes(range(256)) * 5]:
+        assert frame_record(payload) == frame_by_hand(payload)
+        assert masked_crc32c(payload) == masked(payload)
+
+
+@pytest.mark.parametrize("length", [0, 1, 300, 1 << 33])
+def test_a_frame_header_is_recognised(length):
+    assert is_frame_header(header_by_hand(length))
+
+
+def test_what_is_no_frame_header():
+    sound = header_by_hand(300)
+    for flipped in range(12):  # any bit of the length or its CRC
+        broken = bytearray(sound)
+        broken[flipped] ^= 0x10
+        assert not is_frame_header(bytes(broken)), flipped
+    assert not is_frame_header(sound[:11])
+    assert not is_frame_header(sound + b"\x00")
+    assert not is_frame_header(b"")
+
+
+def test_a_bad_data_crc_names_both_crcs_and_the_scan_goes_on():
+    first, second, third = b"payload one", b"", b"three"
+    wrong = masked(first) ^ 0x00010000
+    stream = frame_by_hand(first, wrong) + frame_by_hand(second) + frame_by_hand(third)
+    message = (
+        f"data CRC mismatch (stored {wrong:#010x}, the 11-byte payload gives {masked(first):#010x})"
+    )
+    assert list(scan_records(io.BytesIO(stream))) == [
+        (0, first, FramingProblem(DATA_CRC, message)),
+        (16 + 11, second, None),
+        (16 + 11 + 16, third, None),
+    ]
+
+
+def test_a_bad_length_crc_ends_the_scan_with_its_offset():
+    good = frame_by_hand(b"good")
+    bad = bytearray(frame_by_hand(b"bad"))
+    bad[8] ^= 0x01  # the length's CRC
+    stream = good + bytes(bad) + frame_by_hand(b"never read")
+    assert list(scan_records(io.BytesIO(stream))) == [
+        (0, b"good", None),
+        (20, b"", FramingProblem(LENGTH_CRC, "length CRC mismatch")),
+    ]
+    with pytest.raises(TFRecordCorruption) as raised:
+        list(read_records(io.BytesIO(stream)))
+    assert raised.value.offset == 20
+    assert str(raised.value) == "at byte 20: length CRC mismatch"
