@@ -24,8 +24,9 @@ LIST_SEPARATOR = ","
 # the launch passes Beam's options in the same argument list, so the parameter takes another name.
 RENAMED = {"labels": "label_mode"}
 # Options that choose where the pipeline runs (recordforge's runner shorthands, when the CLI has
-# them): a template always runs on Dataflow, so they are not template parameters.
-RUNNER_OPTIONS = frozenset({"runner", "worker_pool"})
+# them, and --workers for the local runner): a template always runs on Dataflow, so they are
+# not template parameters.
+RUNNER_OPTIONS = frozenset({"runner", "worker_pool", "workers"})
 _TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0", "")
 
 
