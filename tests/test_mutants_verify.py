@@ -415,3 +415,20 @@ def test_a_stray_shard_is_called_a_shard():
             "named like a shard of dataset 'ds' but not in the manifest (12 bytes)",
         )
     ]
+
+
+def test_files_in_other_folders_do_not_end_the_search_for_strays():
+    """A file in a subfolder that is not an index is left alone, and the files listed after it
+    (in name order) are still looked at."""
+    listed = manifest([ShardInfo("ds-train.tfrecord-00000-of-00002", 1, 10)])
+    files = {
+        "ds-train.tfrecord-00000-of-00002": 10,
+        "ds-train.tfrecord-00001-of-00002.d/notes.txt": 3,  # in a folder: not a stray
+        "ds-train.tfrecord-00001-of-00002.gz": 12,
+        "errors/notes.txt": 5,
+        "index/ds-train.tfrecord-00001-of-00002.idx": 7,
+    }
+    assert [(f.check, f.file) for f in check_unlisted(files, listed)] == [
+        ("stray_file", "ds-train.tfrecord-00001-of-00002.gz"),
+        ("stray_file", "index/ds-train.tfrecord-00001-of-00002.idx"),
+    ]
