@@ -12,7 +12,12 @@ import math
 import pyarrow as pa
 import pytest
 
-from recordforge.schemas.csv.cells import convert_list_column, parse_text, short_repr
+from recordforge.schemas.csv.cells import (
+    convert_list_column,
+    convert_values,
+    parse_text,
+    short_repr,
+)
 
 
 @pytest.mark.parametrize(
@@ -107,3 +112,14 @@ def test_cell_text_in_messages_is_cut_past_sixty_characters():
     assert short_repr("b" * 31, 30) == "'" + "b" * 27 + "...'"
     assert short_repr("b" * 30, 30) == "'" + "b" * 30 + "'"
     assert short_repr(b"ab\xff") == "'ab\\\\xff'"  # undecodable bytes shown as an escape
+
+
+@pytest.mark.parametrize("bad_at", [[0], [8], [0, 1], [3, 4, 7], [1, 2, 5, 6, 8], list(range(9))])
+def test_texts_the_cast_refuses_are_located_exactly(bad_at):
+    """Texts of an integer's shape beyond int64 pass the first check and fail pyarrow's cast:
+    the column is bisected to find them. Each is null, the others keep their values."""
+    texts = ["99999999999999999999" if i in bad_at else str(i * 11 - 40) for i in range(9)]
+    typed, bad = convert_values(pa.array([t.encode() for t in texts], pa.binary()), "int64")
+    assert bad == bad_at
+    assert typed.type == pa.int64()
+    assert typed.to_pylist() == [None if i in bad_at else int(t) for i, t in enumerate(texts)]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from recordforge.schemas import codec
-from recordforge.schemas.example_size import scalar_example_sizes
+from recordforge.schemas.example_size import scalar_example_sizes, varint_sizes
 from recordforge.schemas.spliced import serialize_around, widen_empty_value
 
 
@@ -139,3 +139,22 @@ def test_batch_sizes_of_records_without_features_are_int64_zeros():
     sizes = scalar_example_sizes({}, 3)
     assert sizes.dtype == np.int64 and sizes.tolist() == [0, 0, 0]
     assert len(codec.serialize(codec.build_example({}))) == 0
+
+
+def varint_length_by_hand(value: int) -> int:
+    """Bytes of protobuf's varint of an int64 (two's complement: 10 when negative)."""
+    value &= (1 << 64) - 1
+    length = 1
+    while value >= 0x80:
+        value >>= 7
+        length += 1
+    return length
+
+
+def test_varint_sizes_at_every_step():
+    """At and around each power of 2^7, where a varint takes one more byte."""
+    values = [0, 1, -1, -(1 << 63), (1 << 63) - 1]
+    for bits in range(7, 63, 7):
+        values += [(1 << bits) - 1, 1 << bits, (1 << bits) + 1]
+    sizes = varint_sizes(np.array(values, dtype=np.int64))
+    assert sizes.tolist() == [varint_length_by_hand(v) for v in values]
