@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import math
 import pickle
 import queue
@@ -52,6 +53,7 @@ from apache_beam import DoFn, pvalue
 from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from apache_beam.transforms.window import GlobalWindow
+from dask.sizeof import sizeof
 
 from recordforge.pipelines.dask_metrics import DaskMetrics, TaskCounters, TaskMetrics, new_topic
 from recordforge.transforms.internals import (
@@ -361,6 +363,9 @@ class _Program:
     index_topic: str | None  # the run's exchange indexes, for the launcher
 
 
+# An exchange with one output partition takes its producers' results whole (no pick tasks)
+# when together they are no larger than this.
+_WHOLE_BYTES = 1 << 20
 # An exchange's index lists each producer's key hashes up to this many keys; beyond, keys are
 # dealt to partitions by hash and only their number matters.
 _INDEX_KEYS = 256
@@ -402,6 +407,10 @@ def _run_stage(program: _Program, source, *side_values) -> dict:
     the exchanges' inputs, grouped (`_group`) or as they are (a Reshuffle). The exchanges'
     indexes go to the launcher as an event, sooner than a task of their own would."""
     collections = {0: _input_of(source)}
+    side_values = [
+        value[1]["exports"][value[2]] if isinstance(value, tuple) else value
+        for value in side_values
+    ]
     last_read = {}
     for i, step in enumerate(program.steps):
         last_read[step.main] = i
@@ -430,7 +439,8 @@ def _run_stage(program: _Program, source, *side_values) -> dict:
         except ValueError:  # not on a dask worker: the launcher asks with a task instead
             return result
         index = [(split, _index(result, split, kind)) for *split, kind in program.splits]
-        worker.log_event(program.index_topic, {"task": worker.get_current_task(), "index": index})
+        event = {"task": worker.get_current_task(), "index": index, "size": sizeof(result)}
+        worker.log_event(program.index_topic, event)
     return result
 
 
@@ -440,6 +450,7 @@ def _input_of(source) -> list:
         return parts
     if kind == "pieces":  # [(stage result, local)]
         return [value for result, local in parts for value in result["exports"][local]]
+    parts = [_whole_split(part) if isinstance(part, tuple) else part for part in parts]
     if kind == _SPREAD:  # [[element]]
         return [value for part in parts for value in part]
     merged: dict = {}  # _GROUP: [{encoded key: (key, [values])}]
@@ -453,12 +464,24 @@ def _input_of(source) -> list:
     return list(merged.values())
 
 
+def _whole_split(part: tuple):
+    """("whole", producer's result, split): all of the producer's input to an exchange, taken
+    without a pick (one output partition, small results)."""
+    _, result, split = part
+    data = result["splits"][split]
+    if isinstance(data, list):
+        return data
+    return {encoded: group for groups in data.values() for encoded, group in groups.items()}
+
+
 def _index(result: dict, split, kind: str):
-    """What the launcher needs to partition an exchange: the key hashes (None when there are
-    many), or the number of elements."""
+    """What the launcher needs to partition an exchange: each key hash with the size of its
+    values (None when there are many keys), or the number of elements."""
     data = result["splits"][tuple(split)]
     if kind == _GROUP:
-        return sorted(data) if len(data) <= _INDEX_KEYS else None
+        if len(data) > _INDEX_KEYS:
+            return None
+        return [(hashed, sizeof(list(groups.values()))) for hashed, groups in sorted(data.items())]
     return len(data)
 
 
@@ -507,9 +530,19 @@ class _Driver(threading.Thread):
     a task.
     """
 
-    def __init__(self, client, planner: _Planner, partitions: int, partition_size, topic: str):
+    def __init__(
+        self, client, threads: dict, planner: _Planner, partitions: int, partition_size, topic: str
+    ):
         super().__init__(name="recordforge-dask", daemon=True)
         self._client = client
+        # One entry per worker thread ({address: threads}), workers in turn: where new
+        # partitions go.
+        self._slots = [
+            address
+            for turn in range(max(threads.values(), default=0))
+            for address in sorted(threads)
+            if threads[address] > turn
+        ] or [None]
         self._planner = planner
         self._partitions = partitions
         self._partition_size = partition_size
@@ -523,6 +556,7 @@ class _Driver(threading.Thread):
         self._exchange_parts: dict[int, list[list]] = {}  # exchange id -> per partition picks
         self._indexes: dict[int, dict] = {}  # exchange id -> {(piece, task): index}
         self._sides: dict[int, object] = {}  # id(PCollection) -> the side input's future
+        self._sizes: dict[str, int] = {}  # a stage task's key -> its result's size (bytes)
         self._futures: list = []
         self._finished = 0
         self._lock = threading.Lock()
@@ -551,14 +585,17 @@ class _Driver(threading.Thread):
     def _index_event(self, event) -> None:
         self._queue.put(("index", event[1]))
 
-    def _submit(self, name: str, function, *args, stage: _Stage | None = None, task: int = 0):
+    def _submit(
+        self, name: str, function, *args, stage: _Stage | None = None, task: int = 0, where=None
+    ):
         with self._lock:
             if self._stopped:
                 raise RuntimeError("the run was cancelled")
             key = f"{name}-{self._run}-{len(self._futures)}"
             if stage is not None:
                 self._tasks[key] = (stage, task)
-            future = self._client.submit(function, *args, key=key, pure=False)
+            placed = {"workers": [where], "allow_other_workers": True} if where else {}
+            future = self._client.submit(function, *args, key=key, pure=False, **placed)
             self._futures.append(future)
         future.add_done_callback(lambda done: self._queue.put(("done", done)))
         return future
@@ -586,6 +623,7 @@ class _Driver(threading.Thread):
         if kind == "index":
             where = self._tasks.get(item["task"])
             if where is not None:
+                self._sizes[item["task"]] = item["size"]
                 for split, index in item["index"]:
                     self._add_index(*where, tuple(split), index)
             return
@@ -660,8 +698,13 @@ class _Driver(threading.Thread):
                 for piece in self._planner.side_pieces(pcoll)
                 for result in self._results[piece.stage.id]
             ]
-            locals_ = [local for _, local in pairs]
-            future = self._submit("side", _side, locals_, *[r for r, _ in pairs])
+            if len(pairs) == 1:
+                # One producing task (a global combine's): its tasks take the value from its
+                # result, without a task in between.
+                future = ("whole", *pairs[0])
+            else:
+                locals_ = [local for _, local in pairs]
+                future = self._submit("side", _side, locals_, *[r for r, _ in pairs])
             self._sides[id(pcoll)] = future
         return future
 
@@ -687,8 +730,21 @@ class _Driver(threading.Thread):
             index_topic=self._index_topic,
         )
         sides = [self._side_future(side) for side in stage.sides]
+        # A new partitioning (an exchange's, a Create's) is dealt out over the workers' threads
+        # (dask would run them where their inputs are: all on one worker after a one-task
+        # stage); a stage over other stages' partitions runs where those are.
+        spread = len(sources) > 1 and not isinstance(source, _PiecesSource)
         self._results[stage.id] = [
-            self._submit(stage.name, _run_stage, program, source, *sides, stage=stage, task=i)
+            self._submit(
+                stage.name,
+                _run_stage,
+                program,
+                source,
+                *sides,
+                stage=stage,
+                task=i,
+                where=self._slots[i % len(self._slots)] if spread else None,
+            )
             for i, source in enumerate(sources)
         ]
         # Indexes that came before this stage's partners in an exchange were submitted.
@@ -710,16 +766,24 @@ class _Driver(threading.Thread):
     def _exchange(self, exchange: _Exchange, index: list) -> None:
         """The exchange's output partitions, chosen from its data; each a list of picks."""
         producers = self._producer_pairs(exchange)
+        if exchange.kind == _GROUP and any(keys is None for keys in index):
+            shares = [("mod", j, self._partitions) for j in range(self._partitions)]
+        elif exchange.kind == _GROUP:
+            weights: dict[int, int] = {}
+            for keys in index:
+                for hashed, weight in keys:
+                    weights[hashed] = weights.get(hashed, 0) + weight
+            shares = [("keys", frozenset(keys)) for keys in self._balanced(weights)]
+        else:
+            count = self._count(sum(index))
+            shares = [("deal", j, count) for j in range(count)]
+        if len(shares) == 1 and self._small(producers):
+            # All to one partition: the producers' results go whole, without picks.
+            self._exchange_parts[exchange.id] = [
+                [("whole", result, split) for result, split in producers]
+            ]
+            return
         if exchange.kind == _GROUP:
-            if any(keys is None for keys in index):
-                shares = [("mod", j, self._partitions) for j in range(self._partitions)]
-            else:
-                keys = sorted(set().union(*index))
-                count = self._count(len(keys))
-                if len(keys) > count:
-                    shares = [("mod", j, count) for j in range(count)]
-                else:
-                    shares = [("keys", frozenset(keys[j::count])) for j in range(count)]
             parts = [
                 [
                     self._submit("pick", _pick, result, split, _GROUP, share)
@@ -728,7 +792,7 @@ class _Driver(threading.Thread):
                 for share in shares
             ]
         else:
-            count = self._count(sum(index))
+            count = len(shares)
             parts = [[] for _ in range(count)]
             offset = 0
             for (result, split), size in zip(producers, index, strict=True):
@@ -742,6 +806,22 @@ class _Driver(threading.Thread):
                         )
                 offset += size
         self._exchange_parts[exchange.id] = parts
+
+    def _balanced(self, weights: dict[int, int]) -> list[list[int]]:
+        """Keys (hashes) in partitions of about equal weight: one per key up to the partition
+        count, else the heaviest first, each to the lightest partition."""
+        count = self._count(len(weights))
+        loads = [(0, j) for j in range(count)]
+        shares: list[list[int]] = [[] for _ in range(count)]
+        for hashed in sorted(weights, key=lambda h: (-weights[h], h)):
+            load, j = heapq.heappop(loads)
+            shares[j].append(hashed)
+            heapq.heappush(loads, (load + weights[hashed], j))
+        return shares
+
+    def _small(self, producers: list) -> bool:
+        sizes = [self._sizes.get(result.key) for result, _ in producers]
+        return None not in sizes and sum(sizes) <= _WHOLE_BYTES
 
     def _count(self, items: int) -> int:
         if self._partition_size:
@@ -777,15 +857,19 @@ class DaskRunner(BeamDaskRunner):
             ]
         )
         pipeline.replace_all(dask_overrides())
-        threads = sum(client.nthreads().values()) or 1
-        partitions = bag_kwargs.get("npartitions") or PARTITIONS_PER_THREAD * threads
+        threads = client.nthreads()
+        partitions = bag_kwargs.get("npartitions") or PARTITIONS_PER_THREAD * max(
+            1, sum(threads.values())
+        )
         topic = new_topic()
         counters = TaskCounters()
         # Subscribed before the work is sent: the scheduler forwards every event of the run.
         client.subscribe_topic(topic, counters.add)
         planner = _Planner()
         pipeline.visit(planner)
-        driver = _Driver(client, planner, partitions, bag_kwargs.get("partition_size"), topic)
+        driver = _Driver(
+            client, threads, planner, partitions, bag_kwargs.get("partition_size"), topic
+        )
         driver.start()
         return DaskRunnerResult(client, driver, counters)
 
