@@ -17,7 +17,9 @@ LARGE_MEMORY_MB = 500  # --large may use at most this much more memory than the 
 PLAN_SECONDS = 60  # "plan on 1 million inputs answers in seconds": under a minute
 PLAN_INPUTS = 1_000_000
 
-RECORDFORGE_MODES = ("recordforge", "recordforge-mp")
+RECORDFORGE_MODES = ("recordforge", "recordforge-mp", "recordforge-dask")
+# Issue 17: what more workers must buy over the in-process run (records/s, side by side).
+VS_IN_PROCESS = {"recordforge-mp": 1.4, "recordforge-dask": 1.2}
 STATS = ("records_per_s", "mb_per_s", "peak_rss_mb", "wall_s", "startup_s", "cpu_s")
 
 
@@ -103,12 +105,16 @@ def build(cases, plans: list[dict], machine: dict, config: dict) -> dict:
             }
         tutorial = methods.get("tutorial", {}).get("summary")
         raw = methods.get("raw", {}).get("summary")
+        in_process = methods.get("recordforge", {}).get("summary")
         for entry in methods.values():
             summary = entry["summary"]
             entry["ratio_vs_tutorial"] = _ratio(
                 _median(summary, "records_per_s"), _median(tutorial, "records_per_s")
             )
             entry["ratio_vs_raw"] = _ratio(_median(summary, "mb_per_s"), _median(raw, "mb_per_s"))
+            entry["ratio_vs_in_process"] = _ratio(
+                _median(summary, "records_per_s"), _median(in_process, "records_per_s")
+            )
         out["cases"][case.name] = {
             "description": case.description,
             "dataset": case.dataset,
@@ -177,6 +183,16 @@ def targets(results: dict) -> list[dict]:
                 lambda v: v >= CSV_VS_TUTORIAL,
                 table["label"],
             )
+        for case_name in ("images", "csv"):
+            entry = method(case_name, mode)
+            if entry and mode in VS_IN_PROCESS:
+                add(
+                    f"{case_name} vs in-process ({mode})",
+                    f">= {VS_IN_PROCESS[mode]:g}x",
+                    entry["ratio_vs_in_process"],
+                    lambda v, least=VS_IN_PROCESS[mode]: v >= least,
+                    entry["label"],
+                )
         large, default = method("images", mode), method("images-default", mode)
         if large and default:
             growth = None
@@ -246,7 +262,7 @@ def table(results: dict) -> str:
     ]
     header = (
         f"  {'method':<44}{'records/s':>25}{'MB/s':>21}{'peak RSS MB':>22}"
-        f"{'wall s':>9}{'start s':>8}{'cpu s':>8}{'x tutor':>8}{'x raw':>7}"
+        f"{'wall s':>9}{'start s':>8}{'cpu s':>8}{'x tutor':>8}{'x raw':>7}{'x inproc':>9}"
     )
     for name, case in results["cases"].items():
         lines += ["", f"{name}: {case['description']}", header]
@@ -259,6 +275,7 @@ def table(results: dict) -> str:
                 f"{_num(_med(summary, 'wall_s'), 1):>9}{_num(_med(summary, 'startup_s'), 1):>8}"
                 f"{_num(_med(summary, 'cpu_s'), 1):>8}"
                 f"{_num(entry['ratio_vs_tutorial'], 2):>8}{_num(entry['ratio_vs_raw'], 2):>7}"
+                f"{_num(entry['ratio_vs_in_process'], 2):>9}"
             )
             if not summary["complete"]:
                 problems = {r["problem"] for r in entry["runs"] if not r["complete"]}

@@ -56,6 +56,7 @@ from apache_beam.transforms.window import GlobalWindow
 from dask.sizeof import sizeof
 
 from recordforge.pipelines.dask_metrics import DaskMetrics, TaskCounters, TaskMetrics, new_topic
+from recordforge.transforms.core.records import SpilledPiece
 from recordforge.transforms.internals import (
     BeamDaskRunner,
     DaskCreate,
@@ -362,6 +363,10 @@ class _Program:
     topic: str | None  # the run's metrics events
     index_topic: str | None  # the run's exchange indexes, for the launcher
 
+
+# A spilled piece weighs what it parked, not its reference: the shards that exchanges balance
+# (and dask's memory accounting) see the records' bytes.
+sizeof.register(SpilledPiece)(lambda piece: piece.length)
 
 # An exchange with one output partition takes its producers' results whole (no pick tasks)
 # when together they are no larger than this.

@@ -11,6 +11,7 @@ import pathlib
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -89,3 +90,41 @@ def test_an_incomplete_output_is_caught(tmp_path):
     cut.write_bytes(good.read_bytes()[:-3])
     counted = measure.count_output("script", str(cut.parent))
     assert counted["records"] is None and "truncated" in counted["error"]
+
+
+@pytest.mark.timeout(600)
+def test_the_dask_method_runs_on_a_cluster_the_harness_starts_and_stops(tmp_path):
+    """`--methods ...,recordforge-dask`: a scheduler and one-thread workers on 127.0.0.1, started
+    for the benchmark and stopped at its end; the cluster's CPU is counted in the run's."""
+    out = tmp_path / "results.json"
+    before = {p.pid for p in psutil.process_iter() if _is_dask_server(p)}
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--image-mb=0.5", "--only=images"]
+        + ["--plan-rows=0", "--repeats=2", "--methods=recordforge,recordforge-dask"]
+        + [f"--data-dir={tmp_path / 'data'}", f"--json={out}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr[-5000:]
+    after = {p.pid for p in psutil.process_iter() if _is_dask_server(p)}
+    assert after <= before, "the harness left dask servers running"
+    data = json.loads(out.read_text())
+    dask = data["cases"]["images"]["methods"]["recordforge-dask"]
+    first, second = dask["runs"]
+    assert first["complete"] and second["complete"]
+    assert (first["first_on_cluster"], second["first_on_cluster"]) == (True, False)
+    for run in (first, second):
+        assert run["cluster_cpu_s"] > 0
+        assert run["cpu_s"] == pytest.approx(run["launcher_cpu_s"] + run["cluster_cpu_s"], abs=0.01)
+    assert dask["ratio_vs_in_process"] is not None
+    assert "images vs in-process (recordforge-dask)" in [t["name"] for t in data["targets"]]
+
+
+def _is_dask_server(process) -> bool:
+    try:
+        command = process.cmdline()
+    except psutil.Error:
+        return False
+    return any(part.endswith("/dask") for part in command[:2]) and sys.prefix in " ".join(command)
