@@ -15,8 +15,13 @@ import signal
 import sys
 import threading
 
+from recordforge import lean_imports, worker_forks
 from recordforge.transforms.core.errors import Stopped, WorkerLost
-from recordforge.transforms.internals import FN_API_LOST_WORKER
+from recordforge.transforms.internals import (
+    FN_API_LOST_WORKER,
+    FORK_WORKERS,
+    fork_server_command,
+)
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # the stop signal taken, once
@@ -142,17 +147,49 @@ def stop_worker_processes() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def asks_for_worker_processes(argv: list[str]) -> bool:
+    """Whether the arguments ask the local runner for worker processes (`--workers N`, N > 1,
+    or Beam's `--direct_running_mode=multi_processing`) and name no other runner: read before
+    the arguments are parsed, to start the workers' fork server early (it is only a head
+    start: the run starts its own when none was started)."""
+    if any(arg == "--runner" or arg.startswith("--runner=") for arg in argv):
+        return False
+    for index, arg in enumerate(argv):
+        value = None
+        if arg == "--workers" and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("--workers="):
+            value = arg.partition("=")[2]
+        if value is not None and value.isdigit() and int(value) > 1:
+            return True
+        if arg in ("--direct_running_mode=multi_processing", "--direct_running_mode"):
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            if arg.endswith("=multi_processing") or following == "multi_processing":
+                return True
+    return False
+
+
 def main() -> int:
     handle_stops()
+    argv = sys.argv[1:]
+    # This process is recordforge's own: it keeps out the modules no command uses, before Beam
+    # is imported (recordforge/lean_imports.py).
+    lean_imports.refuse(lean_imports.unused_by_command(argv))
+    if FORK_WORKERS and asks_for_worker_processes(argv):
+        # The workers' fork server imports Beam on another core while this process does.
+        worker_forks.prestart(fork_server_command())
     try:
-        from recordforge.pipelines.cli import main as cli_main
-    except Stopped as stop:
-        print(
-            f"recordforge: stopped by {stop.name} before starting; nothing was written",
-            file=sys.stderr,
-        )
-        return stop.exit_status
-    return cli_main()
+        try:
+            from recordforge.pipelines.cli import main as cli_main
+        except Stopped as stop:
+            print(
+                f"recordforge: stopped by {stop.name} before starting; nothing was written",
+                file=sys.stderr,
+            )
+            return stop.exit_status
+        return cli_main()
+    finally:
+        worker_forks.close_prestarted()
 
 
 if __name__ == "__main__":

@@ -121,6 +121,30 @@ class ForkServer:
             self._changed.notify_all()
 
 
+# A fork server started before the run that takes it (`prestart`): the `recordforge` program
+# starts it first thing when its arguments ask for worker processes, so that the server's
+# import of Beam runs on another core while the launcher imports Beam and builds the pipeline.
+_prestarted: list[ForkServer] = []
+
+
+def prestart(command: list[str]) -> None:
+    """Start a fork server now for the run that will `take_prestarted()` it."""
+    if not _prestarted:
+        _prestarted.append(ForkServer(command))
+
+
+def take_prestarted() -> ForkServer | None:
+    """The server `prestart` started, if any; the caller closes it."""
+    return _prestarted.pop() if _prestarted else None
+
+
+def close_prestarted() -> None:
+    """End a prestarted server that no run took (the program failed before running one)."""
+    server = take_prestarted()
+    if server is not None:
+        server.close()
+
+
 def serve(run_worker: Callable[[], None]) -> None:
     """The server's side: read requests on stdin until it closes, forking a child for each
     that sets the request's environment variables and calls `run_worker()`."""
