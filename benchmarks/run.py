@@ -29,7 +29,7 @@ DASK = "recordforge-dask"
 
 @dataclass(frozen=True)
 class Method:
-    key: str  # tutorial, beam, recordforge, recordforge-mp, raw
+    key: str  # tutorial, beam, recordforge, recordforge-mp, recordforge-default, raw
     label: str
     kind: str  # "script" (a function in methods.py) or "recordforge"
     script: str = ""  # methods.py's method name
@@ -49,6 +49,9 @@ class Case:
     results: dict = field(default_factory=dict)  # method key -> list of run dicts
 
 
+# recordforge in this process, whatever it would choose by itself.
+IN_PROCESS = ("--workers", "1")
+
 # Images only: the same conversion with every image decoded, resized and re-encoded (issue 16).
 RESIZE = ("--resize", "224x224")
 
@@ -60,7 +63,11 @@ def methods_for(kind: str, workers: int) -> list[Method]:
         size = RESIZE[1]
         resizing = [
             Method(
-                "recordforge-resize", f"3 recordforge --resize {size}", "recordforge", "", RESIZE
+                "recordforge-resize",
+                f"3 recordforge --resize {size}",
+                "recordforge",
+                "",
+                (*IN_PROCESS, *RESIZE),
             ),
             Method(
                 "recordforge-mp-resize",
@@ -73,8 +80,10 @@ def methods_for(kind: str, workers: int) -> list[Method]:
     return [
         Method("tutorial", "1 tutorial way (Python loop)", "script", f"tutorial-{kind}"),
         Method("beam", "2 naive Beam pipeline", "script", f"beam-{kind}"),
-        Method("recordforge", "3 recordforge, in-process", "recordforge"),
+        Method("recordforge", "3 recordforge, in-process", "recordforge", "", IN_PROCESS),
         Method("recordforge-mp", f"3 recordforge, {workers} processes", "recordforge", "", multi),
+        # No runner option: where it runs is recordforge's choice (pipelines/local_workers.py).
+        Method("recordforge-default", "3 recordforge, default (chosen)", "recordforge"),
         # `--runner dask` on a scheduler and `workers` one-thread workers the harness starts on
         # 127.0.0.1 (benchmarks/dask_cluster.py); the address is added when it runs.
         Method(
@@ -116,8 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--methods",
         help="comma-separated subset of tutorial,beam,recordforge,recordforge-mp,"
-        "recordforge-resize,recordforge-mp-resize (images only),raw; and recordforge-dask "
-        "(only when named: a Dask cluster of --workers one-thread workers on 127.0.0.1)",
+        "recordforge-default,recordforge-resize,recordforge-mp-resize (images only),raw; and "
+        "recordforge-dask (only when named: a Dask cluster of --workers one-thread workers on "
+        "127.0.0.1)",
     )
     parser.add_argument(
         "--workers",

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-METHODS = {"tutorial", "beam", "recordforge", "recordforge-mp", "raw"}
+METHODS = {"tutorial", "beam", "recordforge", "recordforge-mp", "recordforge-default", "raw"}
 RESIZING = {"recordforge-resize", "recordforge-mp-resize"}  # images only
 
 
@@ -58,14 +58,25 @@ def test_harness_runs_every_method_and_checks_counts(tmp_path):
             for stat in ("records_per_s", "mb_per_s", "peak_rss_mb"):
                 assert set(method["summary"][stat]) == {"min", "median", "max"}
             assert method["ratio_vs_tutorial"] is not None and method["ratio_vs_raw"] is not None
+            assert method["ratio_vs_in_process"] is not None
         assert case["methods"]["tutorial"]["ratio_vs_tutorial"] == 1.0
         assert case["methods"]["raw"]["ratio_vs_raw"] == 1.0
+        assert case["methods"]["recordforge"]["ratio_vs_in_process"] == 1.0
+        # recordforge in-process is asked for by name; the default mode chooses for itself.
+        in_process = case["methods"]["recordforge"]["command"]
+        assert in_process[in_process.index("--workers") + 1] == "1"
+        assert "--workers" not in case["methods"]["recordforge-default"]["command"]
 
     (plan,) = data["plan"]
     assert plan["inputs"] == 300 and plan["summary"]["complete"]
     assert plan["runs"][0]["num_inputs"] == 300
     names = [target["name"] for target in data["targets"]]
-    for mode in ("recordforge", "recordforge-mp"):
+    assert "images: recordforge-mp vs in-process" in names
+    assert "csv: recordforge-mp vs in-process" in names
+    # The 3 GB target has no verdict on a minute set.
+    (at_3gb,) = [t for t in data["targets"] if "at 3 GB" in t["name"]]
+    assert at_3gb["pass"] is None and at_3gb["measured"] is None
+    for mode in ("recordforge", "recordforge-mp", "recordforge-default"):
         assert f"images/s vs tutorial ({mode})" in names
         assert f"image MB/s vs raw limit ({mode})" in names
         assert f"CSV rows/s vs tutorial ({mode})" in names
@@ -119,7 +130,7 @@ def test_the_dask_method_runs_on_a_cluster_the_harness_starts_and_stops(tmp_path
         assert run["cluster_cpu_s"] > 0
         assert run["cpu_s"] == pytest.approx(run["launcher_cpu_s"] + run["cluster_cpu_s"], abs=0.01)
     assert dask["ratio_vs_in_process"] is not None
-    assert "images vs in-process (recordforge-dask)" in [t["name"] for t in data["targets"]]
+    assert "images: recordforge-dask vs in-process" in [t["name"] for t in data["targets"]]
 
 
 def _is_dask_server(process) -> bool:

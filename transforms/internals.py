@@ -213,13 +213,21 @@ def use_recordforge_workers(pipeline_proto) -> int:
 _fork_servers: list = []  # the fork server of the run in progress (one FnApiRunner run at a time)
 
 
+def fork_server_command() -> list[str]:
+    """The command of the fork server of FORKED_WORKERS_URN's workers."""
+    from recordforge.worker_forks import FORK_SERVER_FLAG
+
+    return [sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG]
+
+
 @contextlib.contextmanager
 def forked_workers() -> Iterator[None]:
     """While the block runs, a fork server (recordforge/worker_forks.py) is up for the
-    FORKED_WORKERS_URN environments' workers; it is ended (with any worker left) after."""
-    from recordforge.worker_forks import FORK_SERVER_FLAG, ForkServer
+    FORKED_WORKERS_URN environments' workers (the one the program prestarted, if any); it is
+    ended (with any worker left) after."""
+    from recordforge.worker_forks import ForkServer, take_prestarted
 
-    server = ForkServer([sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG])
+    server = take_prestarted() or ForkServer(fork_server_command())
     _fork_servers.append(server)
     try:
         yield
