@@ -23,7 +23,7 @@ from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.records import Source
 
 # Input bytes per worker process: below twice this, one process is faster (docs/performance.md).
-BYTES_PER_WORKER = 768 * 2**20
+BYTES_PER_WORKER = 512 * 2**20
 
 
 @dataclass(frozen=True)
