@@ -34,6 +34,7 @@ from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import (
     beam_options,
     check_runner_reachable,
+    csv_range_bytes,
     flags_of,
     runner_args,
 )
@@ -238,6 +239,7 @@ def run_plan(
     """
     config = cli_options.build_config(args, output=None, tables=tables)
     options = pipeline_options(args, beam_args)
+    config = dataclasses.replace(config, csv_range_bytes=csv_range_bytes(options))
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location
@@ -299,6 +301,7 @@ def prepare_conversion(
         run_key=output_folder.run_key(recorded),
         resume=prepared.resuming is not None,
         detached=detached,
+        csv_range_bytes=csv_range_bytes(options),
     )
     if config.split_note:
         splits = config.split_note

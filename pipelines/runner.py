@@ -303,6 +303,25 @@ def how_it_runs(options: PipelineOptions) -> str:
     return "in this process"
 
 
+# How much of a CSV file one worker's task reads when a run has several workers
+# (transforms/table.py): enough ranges that two or more workers share a file evenly, few
+# enough that each range's fixed cost (opening, a reader, a spill file) stays small.
+CSV_RANGE_BYTES = 32 << 20
+
+
+def csv_range_bytes(options: PipelineOptions) -> int | None:
+    """The size of the ranges CSV files are read in (None: each file whole, in one task).
+
+    One process reads a file fastest in one piece: splitting it first costs a pass over its
+    bytes and buys nothing without a second worker."""
+    forced = os.environ.get("RECORDFORGE_CSV_RANGE_MB")
+    if forced is not None:
+        return int(float(forced) * (1 << 20)) or None
+    if how_it_runs(options) == "in this process":
+        return None
+    return CSV_RANGE_BYTES
+
+
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for cls in _all_option_classes():

@@ -71,6 +71,16 @@ class CsvScanner:
         self._held = b""  # a final quote, whose meaning depends on the byte after it
         self._bom_end = -1  # offset just past a UTF-8 byte order mark at the start
 
+    def start_at(self, offset: int, records: int, previous: int) -> None:
+        """Scan from `offset`, a record's start inside a file (see core.tables.ranges), as if
+        the bytes before it had been scanned: `records` records end before it (the header
+        included), `previous` is the line-break byte just before it. Offsets and row numbers
+        are then the file's, and no byte order mark is looked for."""
+        self.offset = self.boundary = offset
+        self.records = records
+        self._previous = previous
+        self._bom_end = 0  # offsets here are past the file's start: never a BOM's end
+
     @property
     def open_quote(self) -> tuple[int, int] | None:
         """(row, byte offset) of the quote of a quoted field still open, else None."""
@@ -315,11 +325,18 @@ def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarra
 def header_fields(data: bytes, delimiter: str, *, file_start: bool) -> int:
     """The number of fields in the first record of `data` (see record_fields); 0 when `data`
     holds no whole record (only empty lines)."""
+    first = first_record(data, delimiter, file_start=file_start)
+    return first[1] if first else 0
+
+
+def first_record(data: bytes, delimiter: str, *, file_start: bool) -> tuple[int, int] | None:
+    """(offset of the line break that ends the first record of `data`, its number of fields),
+    or None when `data` holds no whole record (see record_fields)."""
     size = 4096
     while True:
         records = record_fields(data[:size], delimiter, file_start=file_start)
         if len(records) or size >= len(data):
-            return int(records[0, 2]) if len(records) else 0
+            return (int(records[0, 1]), int(records[0, 2])) if len(records) else None
         size *= 4
 
 

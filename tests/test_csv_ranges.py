@@ -1,0 +1,298 @@
+"""Splitting a CSV file into byte ranges (core.tables.ranges): each range read on its own gives
+exactly the rows, row numbers, errors and messages of the whole file read at once."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
+from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.tables.ranges import WHOLE, CsvRange, split_csv
+from recordforge.transforms.core.tables.rows import CsvEnd, ParsedRow, read_csv_rows
+from recordforge.transforms.core.tables.stream import CsvReadFailure
+
+SCHEMA = CsvSchema(
+    (
+        ColumnSpec("id", "id", "int64"),
+        ColumnSpec("x", "x", "float"),
+        ColumnSpec("name", "name", "bytes"),
+    )
+)
+HEADER = b"id,x,name\n"
+
+
+def _outcome(item) -> tuple:
+    if isinstance(item, ParsedRow):
+        return (item.row, item.values)
+    return (item.row, item.error.kind, item.error.message)
+
+
+def read_whole(data: bytes, block_size: int = 64):
+    """The rows of `data` read at once, or how the reading failed."""
+    try:
+        *items, end = read_csv_rows(
+            io.BytesIO(data), SCHEMA, source_name="f.csv", block_size=block_size
+        )
+    except (InputError, CsvReadFailure) as error:
+        return type(error).__name__
+    assert isinstance(end, CsvEnd) and end.num_bytes == len(data)
+    return [_outcome(item) for item in items]
+
+
+def split(data: bytes, range_bytes: int) -> tuple[CsvRange, ...]:
+    return split_csv(
+        io.BytesIO(data),
+        delimiter=",",
+        header=SCHEMA.expected_header,
+        range_bytes=range_bytes,
+        stored_size=len(data),
+    )
+
+
+def read_ranges(data: bytes, ranges, block_size: int = 64):
+    """The rows of `data` read range by range, each range on its own (as a worker reads it),
+    or how a range's reading failed."""
+    outcomes = []
+    for part in ranges:
+        piece = data if part.whole else data[part.start : part.end]
+        try:
+            *items, end = read_csv_rows(
+                io.BytesIO(piece), SCHEMA, source_name="f.csv", block_size=block_size, part=part
+            )
+        except (InputError, CsvReadFailure) as error:
+            return type(error).__name__
+        assert isinstance(end, CsvEnd) and end.num_bytes == len(piece)
+        if not part.whole:
+            assert end.rows == part.rows
+        outcomes += [_outcome(item) for item in items]
+    return outcomes
+
+
+def check_cover(data: bytes, ranges) -> None:
+    """Ranges cover the file with no gap or overlap, each starts a record, rows are numbered on."""
+    if ranges == (WHOLE,):
+        return
+    assert len(ranges) >= 2
+    assert ranges[0].start == 0 and ranges[-1].end == len(data)
+    for before, after in itertools.pairwise(ranges):
+        assert before.end == after.start
+        assert after.first_row == before.first_row + before.rows
+        assert data[after.start - 1 : after.start] in (b"\n", b"\r")
+        assert after.previous == data[after.start - 1]
+    assert all(part.rows >= 1 for part in ranges)
+
+
+def rows(count: int, quoted_every: int = 3) -> bytes:
+    return b"".join(
+        b'%d,%d.5,"name %d\nspans, lines"\n' % (i, i, i)
+        if i % quoted_every == 0
+        else b"%d,%d,n%d\n" % (i, i, i)
+        for i in range(1, count + 1)
+    )
+
+
+# --- where ranges start -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("range_bytes", [1, 7, 20, 64, 300])
+def test_ranges_cover_the_file_and_give_the_rows_of_a_whole_reading(range_bytes):
+    data = HEADER + rows(60)
+    ranges = split(data, range_bytes)
+    assert len(ranges) > 1
+    check_cover(data, ranges)
+    assert read_ranges(data, ranges) == read_whole(data)
+    assert sum(part.rows for part in ranges) == 60
+
+
+def test_a_boundary_is_never_inside_quotes():
+    # Every row's quoted cell holds line breaks; with one-byte ranges a cut is tried at every
+    # line break, and only those outside quotes may start a range.
+    data = HEADER + rows(30, quoted_every=1)
+    ranges = split(data, 1)
+    check_cover(data, ranges)
+    assert [part.rows for part in ranges] == [1] * 30  # ranges of one row each
+    for part in ranges[1:]:
+        assert data[part.start : part.start + 2].isdigit() or data[part.start] in b"0123456789"
+    assert read_ranges(data, ranges) == read_whole(data)
+
+
+def test_ranges_of_one_row_and_more_ranges_asked_for_than_rows():
+    data = HEADER + rows(5, quoted_every=2)
+    ranges = split(data, 1)
+    assert len(ranges) == 5 and all(part.rows == 1 for part in ranges)
+    assert [part.first_row for part in ranges] == [1, 2, 3, 4, 5]
+    assert read_ranges(data, ranges) == read_whole(data)
+    # One row: nothing to split.
+    assert split(HEADER + rows(1), 1) == (WHOLE,)
+
+
+def test_a_file_no_larger_than_one_range_is_read_whole():
+    data = HEADER + rows(10)
+    assert split(data, len(data)) == (WHOLE,)
+    assert len(split(data, len(data) - 1)) >= 1
+
+
+def test_never_between_cr_and_lf_nor_before_a_byte_order_mark():
+    body = b"".join(b"%d,1,a\r\n" % i for i in range(1, 20))
+    data = HEADER.replace(b"\n", b"\r\n") + body
+    ranges = split(data, 1)
+    check_cover(data, ranges)
+    assert all(data[part.start - 1 : part.start] == b"\n" for part in ranges[1:])
+    assert read_ranges(data, ranges) == read_whole(data)
+    # A row starting with a byte order mark: pyarrow would skip it at the start of a range.
+    bom = b"\xef\xbb\xbf"
+    data = bom + HEADER + b"1,1,a\n" + bom + b"2,1,b\n3,1,c\n4,1,d\n"
+    ranges = split(data, 1)
+    check_cover(data, ranges)
+    assert all(not data[part.start :].startswith(bom) for part in ranges[1:])
+    assert read_ranges(data, ranges) == read_whole(data)
+
+
+def test_carriage_returns_alone_end_lines_too():
+    data = HEADER.replace(b"\n", b"\r") + b"".join(b'%d,1,"a\rb"\r' % i for i in range(1, 12))
+    ranges = split(data, 5)
+    assert len(ranges) > 1
+    check_cover(data, ranges)
+    assert read_ranges(data, ranges) == read_whole(data)
+
+
+def test_bad_rows_and_loose_quotes_keep_their_rows_and_messages():
+    data = (
+        HEADER
+        + rows(10)
+        + b"11,1\n"  # wrong field count
+        + b'12,1,"opened\n13,1,b\n14,1,c" then text\n'  # a quote that swallowed two lines
+        + b"15,zz,c\n"  # bad cell
+        + b"16,1,\xff\xfe,extra\n"  # wrong field count, not UTF-8
+        + rows(5)
+    )
+    whole = read_whole(data)
+    kinds = {row[1] for row in whole if len(row) == 3}
+    assert kinds == {"WrongFieldCount", "UnterminatedQuote", "BadCell"}
+    for range_bytes in (1, 5, 17, 40, 100):
+        ranges = split(data, range_bytes)
+        check_cover(data, ranges)
+        assert read_ranges(data, ranges) == whole, range_bytes
+
+
+def test_a_quote_never_closed_is_read_whole_and_stops_it_as_before():
+    data = HEADER + rows(10) + b'11,1,"never closed\n' + rows(10, quoted_every=100)
+    assert split(data, 10) == (WHOLE,)
+    assert read_whole(data) == "CsvReadFailure"
+
+
+def test_a_header_that_is_not_the_schemas_is_read_whole():
+    data = b"id,x,other\n" + rows(20)
+    assert split(data, 10) == (WHOLE,)
+    assert read_whole(data) == "InputError"
+    assert split(b"\xff\xfe,x,name\n" + rows(20), 10) == (WHOLE,)
+
+
+def test_a_row_larger_than_the_limit_is_read_whole():
+    data = HEADER + rows(5) + b"6,1," + b"a" * 300 + b"\n" + rows(5)
+    assert split_csv(
+        io.BytesIO(data),
+        delimiter=",",
+        header=SCHEMA.expected_header,
+        range_bytes=10,
+        stored_size=len(data),
+        max_record_bytes=200,
+    ) == (WHOLE,)
+
+
+def test_a_stream_that_fails_or_changes_size_is_read_whole():
+    class Failing(io.BytesIO):
+        def read1(self, size=-1):
+            if self.tell() > 100:
+                raise OSError(5, "Input/output error")
+            return super().read1(min(size, 50))
+
+    data = HEADER + rows(40)
+    assert split_csv(
+        Failing(data),
+        delimiter=",",
+        header=SCHEMA.expected_header,
+        range_bytes=20,
+        stored_size=len(data),
+    ) == (WHOLE,)
+    assert split_csv(
+        io.BytesIO(data),
+        delimiter=",",
+        header=SCHEMA.expected_header,
+        range_bytes=20,
+        stored_size=len(data) + 1,
+    ) == (WHOLE,)
+
+
+def test_a_range_read_against_a_changed_file_does_not_add_up():
+    data = HEADER + rows(30)
+    ranges = split(data, 50)
+    changed = data.replace(b"1,1,n1\n", b"1,1,1\n9,9,9\n")  # a row more in the first range
+    part = ranges[0]
+    *_, end = read_csv_rows(io.BytesIO(changed[: part.end]), SCHEMA, source_name="f.csv", part=part)
+    assert end.rows != part.rows  # the reader (transforms/table.py) stops the run on this
+
+
+def test_gzip_is_read_whole_by_the_reader_not_split_here():
+    # A gzip stream cannot be entered at a byte offset: transforms/table.py never splits one,
+    # and its stored size is not its text's, so splitting the text alone would not add up.
+    text = HEADER + rows(50)
+    packed = gzip.compress(text)
+    assert split_csv(
+        gzip.GzipFile(fileobj=io.BytesIO(packed)),
+        delimiter=",",
+        header=SCHEMA.expected_header,
+        range_bytes=20,
+        stored_size=len(packed),
+    ) == (WHOLE,)
+
+
+# --- any CSV, any range size -------------------------------------------------------------------
+
+_ROWS = [
+    b"1,2,x\n",
+    b'4,5,"y\nz"\n',
+    b'6,7,"q""r"\n',
+    b"8,9\n",
+    b"\n\n",
+    b"3,zz,a\r\n",
+    b"5,1,b\r",
+    b"\xef\xbb\xbf7,1,c\n",
+    b"9,1,\xff\n",
+    b"9,1,\xff,\xfe\n",
+    b'2,3,"a\r\nb"\r\n',
+    b"1,2,3,4\n",
+]
+_HOSTILE = [b'"', b",", b"\n", b"\r", b"\xff", b"\xef\xbb\xbf", b"a", b"12", b'""', b'" x']
+
+
+@st.composite
+def any_csv(draw) -> bytes:
+    """Rows of many shapes (quoted line breaks, CRLF, bad rows), with a few stray bytes."""
+    header = draw(
+        st.sampled_from([HEADER, HEADER.replace(b"\n", b"\r\n"), b"\xef\xbb\xbf" + HEADER])
+    )
+    body = draw(st.lists(st.sampled_from(_ROWS), max_size=40))
+    for _ in range(draw(st.integers(0, 3))):
+        body.insert(draw(st.integers(0, len(body))), draw(st.sampled_from(_HOSTILE)))
+    return header + b"".join(body)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(any_csv(), st.integers(1, 80), st.sampled_from([64, 1 << 20]))
+def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
+    ranges = split(data, range_bytes)
+    check_cover(data, ranges)
+    whole = read_whole(data, block_size)
+    ranged = read_ranges(data, ranges, block_size)
+    if isinstance(whole, str):
+        # A file whose reading fails is not split (so it fails as before), or a range fails.
+        assert isinstance(ranged, str)
+    else:
+        assert ranged == whole
