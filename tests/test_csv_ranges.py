@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import io
 import itertools
+import json
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -296,3 +297,146 @@ def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
         assert isinstance(ranged, str)
     else:
         assert ranged == whole
+
+
+# --- a conversion reading one file in ranges ---------------------------------------------------
+
+
+def _hostile_table(rows_count: int = 400) -> bytes:
+    """Text labels, quoted line breaks, rows with the wrong number of fields (some not UTF-8),
+    quotes that swallow lines, empty lines: what a range must give back as a whole reading."""
+    lines = [b"id,x,name,kind"]
+    for i in range(1, rows_count + 1):
+        if i % 97 == 0:
+            lines.append(b"%d,1" % i)
+        elif i % 89 == 0:
+            lines.append(b"%d,1,\xff\xfe,a,b" % i)
+        elif i % 83 == 0:
+            lines.append(b'%d,1,"opened\n%d,1,x,a\n%d,1,y" then text,b' % (i, i, i))
+        elif i % 79 == 0:
+            lines.append(b"%d,zz,n,a\n" % i)  # and an empty line
+        elif i % 5 == 0:
+            lines.append(b'%d,%d.5,"line one\nline ""two""",%s' % (i, i, b"abc"[i % 3 : i % 3 + 1]))
+        else:
+            lines.append(b"%d,%d,n%d,%s" % (i, i, i, b"abc"[i % 3 : i % 3 + 1]))
+    return b"\n".join(lines) + b"\n"
+
+
+def _convert(monkeypatch, path, out, range_mb, *extra) -> int:
+    from recordforge.pipelines import cli as cli_module
+
+    if range_mb is None:
+        monkeypatch.delenv("RECORDFORGE_CSV_RANGE_MB", raising=False)
+    else:
+        monkeypatch.setenv("RECORDFORGE_CSV_RANGE_MB", str(range_mb))
+    argv = ["convert", str(path), "-o", str(out), "--name", "t", "--quiet", "--write-index"]
+    return cli_module.main([*argv, "--label-column", "kind", "--num-shards", "3", *extra])
+
+
+def _files(out) -> dict:
+    found = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == "dataset_info.json":
+                manifest = json.loads(data)
+                manifest.pop("created")
+                data = manifest
+            found[path.relative_to(out).as_posix()] = data
+    return found
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(lambda data: data, id="lf"),
+        pytest.param(lambda data: b"\xef\xbb\xbf" + data.replace(b"\n", b"\r\n"), id="bom-crlf"),
+    ],
+)
+def test_a_file_read_in_ranges_gives_the_bytes_of_a_whole_reading(tmp_path, monkeypatch, variant):
+    path = tmp_path / "t.csv"
+    path.write_bytes(variant(_hostile_table()))
+    assert _convert(monkeypatch, path, tmp_path / "whole", None) == 0
+    # About 1 KiB ranges: dozens of them, ending inside and around the hostile rows.
+    assert _convert(monkeypatch, path, tmp_path / "ranges", 0.001) == 0
+    whole = _files(tmp_path / "whole")
+    assert _files(tmp_path / "ranges") == whole
+    assert [name for name in whole if name.startswith("errors/")] == ["errors/read.jsonl"]
+    kinds = {json.loads(line)["error"] for line in whole["errors/read.jsonl"].splitlines()}
+    assert kinds == {"WrongFieldCount", "UnterminatedQuote"}
+
+
+def test_a_gzip_file_is_read_whole_with_ranges_asked_for(tmp_path, monkeypatch):
+    path = tmp_path / "t.csv.gz"
+    path.write_bytes(gzip.compress(_hostile_table(), mtime=0))
+    assert _convert(monkeypatch, path, tmp_path / "whole", None) == 0
+    assert _convert(monkeypatch, path, tmp_path / "ranges", 0.001) == 0
+    assert _files(tmp_path / "ranges") == _files(tmp_path / "whole")
+
+
+def test_a_quote_never_closed_fails_as_it_does_read_whole(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    # The schema comes from a.csv: b.csv's reading is the conversion's, not the sample's.
+    (folder / "a.csv").write_bytes(_hostile_table(20))
+    (folder / "b.csv").write_bytes(_hostile_table(300) + b'301,1,"never closed\n302,1,x,a\n')
+    messages = []
+    for name, range_mb in (("whole", None), ("ranges", 0.001)):
+        assert _convert(monkeypatch, f"{folder}/*.csv", tmp_path / name, range_mb) == 1
+        messages.append(capsys.readouterr().err.replace(str(tmp_path / name), "OUT"))
+    assert messages[0] == messages[1]
+    assert (
+        "b.csv cannot be read to its end: a quote opened in row 301 is never closed"
+        in (messages[0])
+    )
+
+
+def test_a_file_changed_after_its_split_fails_the_run_by_name(tmp_path, monkeypatch, capsys):
+    from recordforge.transforms import table as table_module
+
+    path = tmp_path / "t.csv"
+    data = _hostile_table()
+    path.write_bytes(data)
+    split_ranges = table_module._SplitCsvFn._ranges
+
+    def split_then_change(self, name):
+        ranges = split_ranges(self, name)
+        path.write_bytes(data.replace(b"\n2,2,n2,", b"\n2,2,n2,c\n2,2,n2,", 1))
+        return ranges
+
+    monkeypatch.setattr(table_module._SplitCsvFn, "_ranges", split_then_change)
+    assert _convert(monkeypatch, path, tmp_path / "out", 0.001) == 1
+    err = capsys.readouterr().err
+    assert f"recordforge: failed: {path} changed during the conversion" in err, err
+    assert "Traceback" not in err
+    assert not (tmp_path / "out" / "dataset_info.json").exists()
+
+
+def test_the_commit_wants_ranges_that_cover_the_file():
+    from recordforge.transforms.core.tables.receipts import CsvLedger, CsvReceipt
+
+    def ledger(*spans, size=100):
+        found = CsvLedger()
+        found.add(("listed", "a.csv"))
+        for start, end in spans:
+            found.add(
+                (
+                    "read",
+                    CsvReceipt("a.csv", 1, end - start, end - start, size, start=start, end=end),
+                )
+            )
+        return found.problems()
+
+    assert ledger((0, 40), (40, 100)) == []
+    assert ledger((40, 100), (0, 40)) == []  # in any order
+    assert ledger((0, 40), (50, 100)) == ["a.csv: bytes 40 to 50 were never read"]
+    assert ledger((0, 40)) == ["a.csv: bytes 40 to 100 were never read"]
+    assert ledger((0, 60), (40, 100)) == ["a.csv: bytes 40 to 60 were read twice"]
+    assert ledger((0, 40), (0, 40), (40, 100)) == ["a.csv: bytes 0 to 40 were read twice"]
+    short = CsvLedger()
+    short.add(("listed", "a.csv"))
+    short.add(("read", CsvReceipt("a.csv", 1, 30, 30, 100, start=0, end=40)))
+    short.add(("read", CsvReceipt("a.csv", 1, 60, 60, 100, start=40, end=100)))
+    assert short.problems() == [
+        "a.csv: the range of bytes 0 to 40 was not read to its end (30 of its 40 bytes)"
+    ]

@@ -93,7 +93,8 @@ def split_csv(
         stream: the file, from its start (its text: these are the stored bytes).
         delimiter: the field delimiter.
         header: the header the file must have (the schema's).
-        range_bytes: about how many bytes a range holds (at least one record).
+        range_bytes: about how many bytes a range holds (at least one record): the file is
+            cut into about stored_size / range_bytes ranges of even sizes.
         stored_size: the file's size: the last range ends there.
         max_record_bytes: the reader's limit on a record (a larger one stops the file).
 
@@ -109,7 +110,10 @@ def split_csv(
     head = bytearray()  # the start of the file, until it holds the header
     window, window_start = b"", 0  # the bytes read last, a few before them, and their offset
     fed = 0
-    read_bytes = max(1, min(_READ_BYTES, range_bytes // 4))
+    # Even ranges, so that workers sharing a file get even shares of it.
+    count = max(1, round(stored_size / range_bytes))
+    step = stored_size / count
+    read_bytes = max(1, min(_READ_BYTES, int(step) // 8))
     while True:
         piece, error = read_stream_piece(stream, read_bytes)
         if error is not None:
@@ -131,7 +135,7 @@ def split_csv(
             return (WHOLE,)
         at = scanner.boundary
         before = cuts[-1] if cuts else (0, 1, -1)
-        if fields and at - before[0] >= range_bytes and scanner.records > before[1]:
+        if fields and at >= step * (len(cuts) + 1) and scanner.records > before[1]:
             previous = _cut_after(window, window_start, at, fed)
             if previous is not None:
                 cuts.append((at, scanner.records, previous))
