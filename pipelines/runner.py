@@ -306,7 +306,7 @@ def how_it_runs(options: PipelineOptions) -> str:
 # How much of a CSV file one worker's task reads when a run has several workers
 # (transforms/table.py): enough ranges that two or more workers share a file evenly, few
 # enough that each range's fixed cost (opening, a reader, a spill file) stays small.
-CSV_RANGE_BYTES = 32 << 20
+CSV_RANGE_BYTES = 16 << 20
 
 
 def csv_range_bytes(options: PipelineOptions) -> int | None:
