@@ -440,3 +440,15 @@ def test_the_commit_wants_ranges_that_cover_the_file():
     assert short.problems() == [
         "a.csv: the range of bytes 0 to 40 was not read to its end (30 of its 40 bytes)"
     ]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "inf", "nan"])
+def test_a_range_size_that_is_not_a_size_is_a_usage_error(tmp_path, monkeypatch, capsys, value):
+    path = tmp_path / "t.csv"
+    path.write_bytes(_hostile_table(20))
+    assert _convert(monkeypatch, path, tmp_path / "out", value) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"recordforge: error: RECORDFORGE_CSV_RANGE_MB={value!r}: expected a number of MB, "
+        "0 or more"
+    ], err
