@@ -182,6 +182,18 @@ def test_bad_rows_and_loose_quotes_keep_their_rows_and_messages():
         assert read_ranges(data, ranges) == whole, range_bytes
 
 
+def test_the_lines_a_loose_quote_swallowed_do_not_depend_on_where_reads_are_cut():
+    # A quote that swallows a \r in one read and a \n in the next: its message counts the
+    # field's \n (or its \r when it has none) over the whole field, not read by read (found
+    # by the property test below: a range's reads are cut elsewhere than the whole file's).
+    data = HEADER + b"1,2,x\n" * 3 + b'" x5,1,b\r1,2,x\n4,5,"y\nz"\n' + b"1,2,x\n" * 3
+    results = [read_whole(data, size) for size in (1, 7, 16, 30, 64, 1 << 20)]
+    assert all(result == results[0] for result in results)
+    assert "closed only 1 line(s) later" in str(results[0])
+    for range_bytes in (1, 9, 30):
+        assert read_ranges(data, split(data, range_bytes), 7) == results[0]
+
+
 def test_a_quote_never_closed_is_read_whole_and_stops_it_as_before():
     data = HEADER + rows(10) + b'11,1,"never closed\n' + rows(10, quoted_every=100)
     assert split(data, 10) == (WHOLE,)

@@ -66,7 +66,9 @@ class CsvScanner:
         self._in_quotes = False
         self._open_offset = -1  # where the open quoted field began
         self._open_row = -1
-        self._open_lines = 0
+        # Line breaks inside the open quoted field so far: \n and \r counted apart, so that the
+        # count does not depend on where the pieces fed were cut (see _lines).
+        self._open_lf = self._open_cr = 0
         self._previous = _START  # the last byte scanned
         self._held = b""  # a final quote, whose meaning depends on the byte after it
         self._bom_end = -1  # offset just past a UTF-8 byte order mark at the start
@@ -158,10 +160,11 @@ class CsvScanner:
         if still_open:
             ends.append(len(data))
             if carried and len(starts) == 1:
-                self._open_lines += _line_breaks(data, 0, len(data))
+                self._add_line_breaks(data, 0, len(data))
             else:
                 self._open_offset, self._open_row = base + starts[-1], -1
-                self._open_lines = _line_breaks(data, starts[-1], len(data))
+                self._open_lf = self._open_cr = 0
+                self._add_line_breaks(data, starts[-1], len(data))
         self._in_quotes = still_open
         flat = np.empty(2 * len(starts), dtype=np.int64)
         flat[0::2], flat[1::2] = starts, ends
@@ -216,7 +219,8 @@ class CsvScanner:
                 if self._before(data, position, base) in (*delimiters, _START):
                     in_quotes = True
                     flat.append(position)
-                    self._open_offset, self._open_row, self._open_lines = base + position, -1, 0
+                    self._open_offset, self._open_row = base + position, -1
+                    self._open_lf = self._open_cr = 0
                 index += 1  # else a quote inside an unquoted field: text
                 continue
             if position + 1 < len(data):
@@ -229,15 +233,25 @@ class CsvScanner:
             in_quotes = False
             start = flat[-1]
             flat.append(position)
-            self._open_lines += _line_breaks(data, start, position)
-            if following not in (*delimiters, None) and self._open_lines:
-                self.loose.append(LooseQuote(self._open_row, self._open_offset, self._open_lines))
+            self._add_line_breaks(data, start, position)
+            if following not in (*delimiters, None) and self._lines:
+                self.loose.append(LooseQuote(self._open_row, self._open_offset, self._lines))
             index += 1
         if in_quotes:
-            self._open_lines += _line_breaks(data, flat[-1], len(data))
+            self._add_line_breaks(data, flat[-1], len(data))
             flat.append(len(data))
         self._in_quotes = in_quotes
         return np.array(flat, dtype=np.int64)
+
+    def _add_line_breaks(self, data: bytes, start: int, end: int) -> None:
+        self._open_lf += data.count(b"\n", start, end)
+        self._open_cr += data.count(b"\r", start, end)
+
+    @property
+    def _lines(self) -> int:
+        """The lines the open quoted field spans so far: its \n, or its \r when it has none
+        (whatever pieces its bytes came in: the reader's blocks, or a range's)."""
+        return self._open_lf or self._open_cr
 
     def _count_records(
         self, data: bytes, arr: np.ndarray | None, base: int, bounds: np.ndarray | None
@@ -285,10 +299,6 @@ class CsvScanner:
         if self._in_quotes and self._open_row < 0:
             offset = self._open_offset - base
             self._open_row = self.records + int(np.searchsorted(record_ends, max(offset, 0)))
-
-
-def _line_breaks(data: bytes, start: int, end: int) -> int:
-    return data.count(b"\n", start, end) or data.count(b"\r", start, end)
 
 
 def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarray:
