@@ -255,17 +255,42 @@ def test_a_runner_that_cannot_work_is_a_usage_error_within_seconds(
     assert not (tmp_path / "out").exists()
 
 
+# Loaded by every Python process of the first run (through PYTHONPATH): its shard files open
+# only once the file GO_FILE names exists, so the run holds its lock until the test says.
+_WAIT_TO_WRITE = """
+import os, time
+
+from recordforge.transforms import write
+
+_create = write._create
+
+
+def _create_when_told(path):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.environ["GO_FILE"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _create(path)
+
+
+write._create = _create_when_told
+"""
+
+
 def test_a_second_run_into_the_same_output_is_refused_naming_the_first(small_folder, tmp_path):
     from conftest import RECORDFORGE
 
     out = tmp_path / "out"
     lock = tmp_path / ".out.recordforge-lock"
+    site, go = tmp_path / "site", tmp_path / "go"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_WAIT_TO_WRITE)
     first = subprocess.Popen(
         [RECORDFORGE, "convert", str(small_folder), "-o", str(out), "--name", "one"]
         + ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(site), "GO_FILE": str(go)},
     )
     deadline = time.monotonic() + 120
     while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -277,6 +302,7 @@ def test_a_second_run_into_the_same_output_is_refused_naming_the_first(small_fol
         text=True,
         timeout=300,
     )
+    go.touch()  # the first run may write now
     _, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     _assert_usage_error(second, "another conversion is writing this output", holder["run_id"])
