@@ -1,4 +1,5 @@
-"""The Dask runner's translation (pipelines/dask_runner.py), without a cluster.
+"""The Dask runner's translation (pipelines/dask_plan.py, dask_tasks.py and the driver in
+dask_runner.py), without a cluster.
 
 The planner's stages and exchanges are checked on small pipelines, and whole pipelines run
 through the runner's driver with a client that runs each task at once in this process (the
@@ -15,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from recordforge.pipelines import dask_runner
+from recordforge.pipelines import dask_plan, dask_runner
 from recordforge.transforms.internals import dask_overrides
 
 
@@ -68,11 +69,11 @@ class _InProcessClient:
         pass
 
 
-def _planned(build) -> dask_runner._Planner:
+def _planned(build) -> dask_plan.Planner:
     pipeline = beam.Pipeline(options=PipelineOptions([]))
     build(pipeline)
     pipeline.replace_all(dask_overrides())
-    planner = dask_runner._Planner()
+    planner = dask_plan.Planner()
     pipeline.visit(planner)
     return planner
 
@@ -117,8 +118,8 @@ def test_consecutive_pardos_run_as_one_stage_and_an_exchange_starts_a_new_one():
     create, grouped = planner.stages
     assert [s.full_label for s in create.steps] == ["A", "B"]  # window reification skipped
     assert [s.full_label for s in grouped.steps] == ["C"]
-    assert isinstance(grouped.source, dask_runner._ExchangeSource)
-    assert create.splits == [(0, 2, dask_runner._GROUP)]
+    assert isinstance(grouped.source, dask_plan.ExchangeSource)
+    assert create.splits == [(0, 2, dask_plan.GROUP)]
 
 
 def test_a_pardo_whose_side_input_comes_from_its_own_stage_starts_a_stage():
@@ -129,7 +130,7 @@ def test_a_pardo_whose_side_input_comes_from_its_own_stage_starts_a_stage():
 
     planner = _planned(build)
     share = next(s for s in planner.stages if s.steps and s.steps[0].full_label == "Share")
-    assert isinstance(share.source, dask_runner._PiecesSource)  # not fused into Double's
+    assert isinstance(share.source, dask_plan.PiecesSource)  # not fused into Double's
 
 
 @pytest.mark.parametrize("partitions", [1, 3, 4])

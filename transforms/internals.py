@@ -72,7 +72,7 @@ _BEAM_NAMES = {
     "MIN_TIMESTAMP": ("apache_beam.utils.timestamp", "MIN_TIMESTAMP"),
     # The local runner without Prism's download; not a public entry point.
     "FnApiRunner": ("apache_beam.runners.portability.fn_api_runner", "FnApiRunner"),
-    # pipelines/dask_runner.py runs a bundle as Beam's own DoFn runner does.
+    # pipelines/dask_tasks.py runs a bundle as Beam's own DoFn runner does.
     "OutputHandler": ("apache_beam.runners.common", "_OutputHandler"),
     "DoFnContext": ("apache_beam.runners.common", "DoFnContext"),
     "DoFnInvoker": ("apache_beam.runners.common", "DoFnInvoker"),
