@@ -9,7 +9,7 @@ import itertools
 import json
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
@@ -297,9 +297,7 @@ def any_csv(draw) -> bytes:
     return header + b"".join(body)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(any_csv(), st.integers(1, 80), st.sampled_from([64, 1 << 20]))
-def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
+def _any_split_reads_as_one_range(data, range_bytes, block_size):
     ranges = split(data, range_bytes)
     check_cover(data, ranges)
     whole = read_whole(data, block_size)
@@ -309,6 +307,29 @@ def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
         assert isinstance(ranged, str)
     else:
         assert ranged == whole
+
+
+_CASES = (any_csv(), st.integers(1, 80), st.sampled_from([64, 1 << 20]))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
+)
+@given(*_CASES)
+def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
+    _any_split_reads_as_one_range(data, range_bytes, block_size)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=20_000,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.generate],
+)
+@given(*_CASES)
+def test_property_any_split_reads_as_one_range_many_cases(data, range_bytes, block_size):
+    _any_split_reads_as_one_range(data, range_bytes, block_size)
 
 
 # --- a conversion reading one file in ranges ---------------------------------------------------
