@@ -318,6 +318,37 @@ def how_it_runs(options: PipelineOptions, chosen: str = "") -> str:
     return "in this process"
 
 
+# How much of a CSV file one worker's task reads when a run has several workers
+# (transforms/table.py): enough ranges that two or more workers share a file evenly, few
+# enough that each range's fixed cost (opening, a reader, a spill file) stays small.
+CSV_RANGE_BYTES = 16 << 20
+CSV_RANGE_VARIABLE = "RECORDFORGE_CSV_RANGE_MB"
+
+
+def csv_range_bytes(options: PipelineOptions) -> int | None:
+    """The size of the ranges CSV files are read in (None: each file whole, in one task).
+
+    One process reads a file fastest in one piece: splitting it first costs a pass over its
+    bytes and buys nothing without a second worker. RECORDFORGE_CSV_RANGE_MB, when set,
+    decides instead (0: whole files), on any runner.
+
+    Raises:
+        UsageError: RECORDFORGE_CSV_RANGE_MB is not a number of MB, 0 or more.
+    """
+    text = os.environ.get(CSV_RANGE_VARIABLE, "").strip()
+    if text:
+        try:
+            megabytes = float(text)
+        except ValueError:
+            megabytes = -1.0
+        if not 0 <= megabytes < float("inf"):
+            raise UsageError(f"{CSV_RANGE_VARIABLE}={text!r}: expected a number of MB, 0 or more")
+        return int(megabytes * (1 << 20)) or None
+    if how_it_runs(options) == "in this process":
+        return None
+    return CSV_RANGE_BYTES
+
+
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for cls in _all_option_classes():
