@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import selectors
 import signal
@@ -52,6 +53,13 @@ class ForkServerGone(RuntimeError):
     """The fork server ended before the worker did (killed, or failed to start)."""
 
 
+# What the server and its workers write to stderr: Beam's SDK worker prints the traceback of
+# every failed bundle there, a user's refused run included, which the launcher reports in one
+# line of its own. So their lines go to this logger, at debug level (`recordforge -v` shows
+# them), not straight onto the launcher's terminal.
+WORKER_OUTPUT = logging.getLogger("recordforge.workers")
+
+
 class ForkServer:
     """The launcher's side: starts the server and runs workers through it, thread-safely."""
 
@@ -60,8 +68,16 @@ class ForkServer:
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**_SINGLE_THREADED_IMPORTS, **os.environ},
         )
+        self._relay = threading.Thread(
+            target=_relay_lines,
+            args=(self._process.stderr,),
+            name="recordforge-worker-output",
+            daemon=True,
+        )
+        self._relay.start()
         self._writing = threading.Lock()
         self._lock = threading.Lock()
         self._next_request = 0
@@ -107,6 +123,7 @@ class ForkServer:
             self._process.stdin.close()
         self._process.wait()
         self._reader.join()
+        self._relay.join()
 
     def _read(self) -> None:
         for line in self._process.stdout:
@@ -120,6 +137,11 @@ class ForkServer:
         with self._lock:
             self._gone = True
             self._changed.notify_all()
+
+
+def _relay_lines(stream) -> None:
+    for line in stream:
+        WORKER_OUTPUT.debug("%s", line.decode(errors="replace").rstrip())
 
 
 # A fork server started before the run that takes it (`prestart`): the `recordforge` program

@@ -147,6 +147,24 @@ def test_error_rate_exceeded_fails_and_leaves_the_output_as_it_was(small_folder,
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_a_refused_run_in_worker_processes_says_so_in_one_line(small_folder, tmp_path, cli):
+    """Beam's SDK worker prints a failed bundle's traceback on its own stderr; the launcher
+    reports the refusal once, and shows the workers' lines only with -v."""
+    for i in range(3):
+        (small_folder / "a" / f"bad{i}.jpg").write_bytes(b"not an image at all")
+    out = tmp_path / "out"
+    args = ("convert", small_folder, "-o", out, "--max-error-rate", "0.2", "--workers", "2")
+    result = cli(*args)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("recordforge: converting"), result.stderr
+    assert lines[1].startswith("recordforge: failed: 3 of 7 inputs failed (42.9%)"), lines
+    told = cli(*args, "-v")
+    assert told.returncode == 1, told.stderr
+    assert "recordforge: Traceback (most recent call last):" in told.stderr
+    assert "ErrorRateExceeded" in told.stderr
+
+
 def test_a_crash_mid_run_leaves_no_manifest_and_no_partial_shard(
     tmp_path, many_images, monkeypatch
 ):
