@@ -17,7 +17,13 @@ LARGE_MEMORY_MB = 500  # --large may use at most this much more memory than the 
 PLAN_SECONDS = 60  # "plan on 1 million inputs answers in seconds": under a minute
 PLAN_INPUTS = 1_000_000
 
-RECORDFORGE_MODES = ("recordforge", "recordforge-mp")
+# Issue 17's: more workers must mean more speed.
+MULTI_PROCESS_VS_IN_PROCESS = 1.4  # 2 FnApiRunner worker processes' records/s over in-process
+DASK_VS_IN_PROCESS = 1.2  # Dask, a scheduler and 2 one-thread workers, over in-process
+DEFAULT_VS_RAW = 0.3  # the default mode's MB/s over the raw limit's, at 3 GB
+DEFAULT_VS_RAW_BYTES = 2_900_000_000  # "at 3 GB": judged on image sets this large or larger
+
+RECORDFORGE_MODES = ("recordforge", "recordforge-mp", "recordforge-default")
 STATS = ("records_per_s", "mb_per_s", "peak_rss_mb", "wall_s", "startup_s", "cpu_s")
 
 
@@ -103,12 +109,16 @@ def build(cases, plans: list[dict], machine: dict, config: dict) -> dict:
             }
         tutorial = methods.get("tutorial", {}).get("summary")
         raw = methods.get("raw", {}).get("summary")
+        in_process = methods.get("recordforge", {}).get("summary")
         for entry in methods.values():
             summary = entry["summary"]
             entry["ratio_vs_tutorial"] = _ratio(
                 _median(summary, "records_per_s"), _median(tutorial, "records_per_s")
             )
             entry["ratio_vs_raw"] = _ratio(_median(summary, "mb_per_s"), _median(raw, "mb_per_s"))
+            entry["ratio_vs_in_process"] = _ratio(
+                _median(summary, "records_per_s"), _median(in_process, "records_per_s")
+            )
         out["cases"][case.name] = {
             "description": case.description,
             "dataset": case.dataset,
@@ -194,6 +204,30 @@ def targets(results: dict) -> list[dict]:
                 f"{cases['images']['description']} vs "
                 f"{cases['images-default']['description']}: {a} MB vs {b} MB",
             )
+    for case in ("images", "csv"):
+        for mode, least in (
+            ("recordforge-mp", MULTI_PROCESS_VS_IN_PROCESS),
+            ("recordforge-dask", DASK_VS_IN_PROCESS),
+        ):
+            entry = method(case, mode)
+            if entry:
+                add(
+                    f"{case}: {mode} vs in-process",
+                    f">= {least:g}x",
+                    entry["ratio_vs_in_process"],
+                    lambda v, least=least: v >= least,
+                    entry["label"],
+                )
+    default = method("images", "recordforge-default")
+    if default:
+        large = cases["images"]["input_bytes"] >= DEFAULT_VS_RAW_BYTES
+        add(
+            "image MB/s vs raw limit at 3 GB (recordforge-default)",
+            f">= {DEFAULT_VS_RAW:g} on >= 3 GB",
+            default["ratio_vs_raw"] if large else None,
+            lambda v: v >= DEFAULT_VS_RAW,
+            cases["images"]["description"] + ("" if large else ": smaller than 3 GB, no verdict"),
+        )
     for plan in results["plan"]:
         seconds = _median(plan["summary"], "wall_s")
         at_scale = plan["inputs"] >= PLAN_INPUTS
@@ -246,7 +280,7 @@ def table(results: dict) -> str:
     ]
     header = (
         f"  {'method':<44}{'records/s':>25}{'MB/s':>21}{'peak RSS MB':>22}"
-        f"{'wall s':>9}{'start s':>8}{'cpu s':>8}{'x tutor':>8}{'x raw':>7}"
+        f"{'wall s':>9}{'start s':>8}{'cpu s':>8}{'x tutor':>8}{'x raw':>7}{'x in-p':>7}"
     )
     for name, case in results["cases"].items():
         lines += ["", f"{name}: {case['description']}", header]
@@ -259,6 +293,7 @@ def table(results: dict) -> str:
                 f"{_num(_med(summary, 'wall_s'), 1):>9}{_num(_med(summary, 'startup_s'), 1):>8}"
                 f"{_num(_med(summary, 'cpu_s'), 1):>8}"
                 f"{_num(entry['ratio_vs_tutorial'], 2):>8}{_num(entry['ratio_vs_raw'], 2):>7}"
+                f"{_num(entry['ratio_vs_in_process'], 2):>7}"
             )
             if not summary["complete"]:
                 problems = {r["problem"] for r in entry["runs"] if not r["complete"]}

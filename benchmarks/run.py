@@ -8,6 +8,7 @@ See benchmarks/README.md for what is measured and how to read the table.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -17,20 +18,23 @@ import tempfile
 from dataclasses import dataclass, field
 
 from benchmarks import datagen, measure, report
+from benchmarks.dask_cluster import DaskCluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 METHODS_SCRIPT = os.path.join(HERE, "methods.py")
 DEFAULT_DATA_DIR = os.path.join(HERE, "data")
 DEFAULT_JSON = os.path.join(HERE, "results", "latest.json")
+DASK = "recordforge-dask"
 
 
 @dataclass(frozen=True)
 class Method:
-    key: str  # tutorial, beam, recordforge, recordforge-mp, raw
+    key: str  # tutorial, beam, recordforge, recordforge-mp, recordforge-default, raw
     label: str
     kind: str  # "script" (a function in methods.py) or "recordforge"
     script: str = ""  # methods.py's method name
     beam_args: tuple[str, ...] = ()
+    opt_in: bool = False  # run only when --methods names it
 
 
 @dataclass
@@ -45,6 +49,9 @@ class Case:
     results: dict = field(default_factory=dict)  # method key -> list of run dicts
 
 
+# recordforge in this process, whatever it would choose by itself.
+IN_PROCESS = ("--workers", "1")
+
 # Images only: the same conversion with every image decoded, resized and re-encoded (issue 16).
 RESIZE = ("--resize", "224x224")
 
@@ -56,7 +63,11 @@ def methods_for(kind: str, workers: int) -> list[Method]:
         size = RESIZE[1]
         resizing = [
             Method(
-                "recordforge-resize", f"3 recordforge --resize {size}", "recordforge", "", RESIZE
+                "recordforge-resize",
+                f"3 recordforge --resize {size}",
+                "recordforge",
+                "",
+                (*IN_PROCESS, *RESIZE),
             ),
             Method(
                 "recordforge-mp-resize",
@@ -69,8 +80,18 @@ def methods_for(kind: str, workers: int) -> list[Method]:
     return [
         Method("tutorial", "1 tutorial way (Python loop)", "script", f"tutorial-{kind}"),
         Method("beam", "2 naive Beam pipeline", "script", f"beam-{kind}"),
-        Method("recordforge", "3 recordforge, in-process", "recordforge"),
+        Method("recordforge", "3 recordforge, in-process", "recordforge", "", IN_PROCESS),
         Method("recordforge-mp", f"3 recordforge, {workers} processes", "recordforge", "", multi),
+        # No runner option: where it runs is recordforge's choice (pipelines/local_workers.py).
+        Method("recordforge-default", "3 recordforge, default (chosen)", "recordforge"),
+        # `--runner dask` on a scheduler and `workers` one-thread workers the harness starts on
+        # 127.0.0.1 (benchmarks/dask_cluster.py); the address is added when it runs.
+        Method(
+            "recordforge-dask",
+            f"3 recordforge, Dask, {workers} workers",
+            "recordforge",
+            opt_in=True,
+        ),
         *resizing,
         Method("raw", "4 raw limit (read + frame)", "script", f"raw-{kind}"),
     ]
@@ -104,10 +125,15 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--methods",
         help="comma-separated subset of tutorial,beam,recordforge,recordforge-mp,"
-        "recordforge-resize,recordforge-mp-resize (images only),raw",
+        "recordforge-default,recordforge-resize,recordforge-mp-resize (images only),raw; and "
+        "recordforge-dask (only when named: a Dask cluster of --workers one-thread workers on "
+        "127.0.0.1)",
     )
     parser.add_argument(
-        "--workers", type=int, default=2, help="recordforge's multi-process worker count"
+        "--workers",
+        type=int,
+        default=2,
+        help="recordforge's multi-process worker count, and the Dask cluster's workers",
     )
     parser.add_argument(
         "--plan-files",
@@ -165,19 +191,24 @@ def main(argv: list[str] | None = None) -> int:
 
     total = args.repeats * sum(len(c.methods) for c in cases)
     done = 0
-    for repeat in range(args.repeats):
-        for case in cases:
-            # Rotate the order each repeat, so no method always runs first (or after another).
-            order = (
-                case.methods[repeat % len(case.methods) :]
-                + case.methods[: repeat % len(case.methods)]
-            )
-            for method in order:
-                done += 1
-                log(f"[{done}/{total}] {case.name}: {method.label} (repeat {repeat + 1})")
-                result = _run_method(case, method, repeat, work_dir, args.keep_outputs)
-                case.results.setdefault(method.key, []).append(result)
-                log(f"    {report.run_line(result)}")
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if any(m.key == DASK for c in cases for m in c.methods):
+            cluster = stack.enter_context(DaskCluster(args.workers, work_dir, log=log))
+        for repeat in range(args.repeats):
+            for case in cases:
+                # Rotate the order each repeat, so no method always runs first (or after
+                # another).
+                order = (
+                    case.methods[repeat % len(case.methods) :]
+                    + case.methods[: repeat % len(case.methods)]
+                )
+                for method in order:
+                    done += 1
+                    log(f"[{done}/{total}] {case.name}: {method.label} (repeat {repeat + 1})")
+                    result = _run_method(case, method, repeat, work_dir, args.keep_outputs, cluster)
+                    case.results.setdefault(method.key, []).append(result)
+                    log(f"    {report.run_line(result)}")
 
     plans = [_time_plan(*source, args, work_dir) for source in plan_sources]
 
@@ -197,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
             "plan_files": args.plan_files,
             "plan_repeats": args.plan_repeats,
             "workers": args.workers,
-            "methods": sorted(selected or known),
+            "methods": sorted(
+                selected or {m.key for m in methods_for("images", args.workers) if not m.opt_in}
+            ),
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         },
     )
@@ -216,7 +249,7 @@ def _cases(args, selected: set[str] | None) -> list[Case]:
     cases = []
 
     def keep(methods: list[Method]) -> list[Method]:
-        return [m for m in methods if selected is None or m.key in selected]
+        return [m for m in methods if (not m.opt_in if selected is None else m.key in selected)]
 
     if args.only in (None, "images"):
         sets = [("images", args.large_image_mb if args.large else args.image_mb)]
@@ -282,13 +315,23 @@ def _settle_disk() -> None:
     os.sync()
 
 
-def _run_method(case: Case, method: Method, repeat: int, work_dir: str, keep: bool) -> dict:
+def _run_method(
+    case: Case,
+    method: Method,
+    repeat: int,
+    work_dir: str,
+    keep: bool,
+    cluster: DaskCluster | None = None,
+) -> dict:
     name = f"{case.name}-{method.key}-r{repeat + 1}"
     output = os.path.join(work_dir, name)
     report_path = os.path.join(work_dir, name + ".report.json")
     log_path = os.path.join(work_dir, name + ".log")
+    on_cluster = method.key == DASK
     if method.kind == "recordforge":
         args = ["convert", case.source, "--output", output, *method.beam_args]
+        if on_cluster:
+            args += ["--runner", "dask", "--dask_client_address", cluster.address]
         command = [sys.executable, METHODS_SCRIPT, "recordforge", "--report", report_path, *args]
         shown = ["recordforge", *args]
     else:
@@ -306,7 +349,20 @@ def _run_method(case: Case, method: Method, repeat: int, work_dir: str, keep: bo
         shown = ["python", "benchmarks/methods.py", *command[2:]]
     _settle_disk()
     load = os.getloadavg()[0]
+    cluster_cpu = cluster.cpu_s() if on_cluster else 0.0
     run = measure.run(command, log_path, report_path, env={"TF_CPP_MIN_LOG_LEVEL": "2"})
+    on_cluster_facts = {}
+    if on_cluster:
+        # The scheduler's and workers' CPU is the run's too, though not in its process tree.
+        cluster_cpu = round(cluster.cpu_s() - cluster_cpu, 3)
+        on_cluster_facts = {
+            "launcher_cpu_s": run.cpu_s,
+            "cluster_cpu_s": cluster_cpu,
+            "cluster_rss_mb": round(cluster.rss_mb(), 1),
+            "first_on_cluster": cluster.runs == 0,
+        }
+        run.cpu_s = round(run.cpu_s + cluster_cpu, 3)
+        cluster.runs += 1
     counted = measure.count_output(method.kind, output) if run.exit_code == 0 else {}
     problems = []
     if run.exit_code != 0:
@@ -342,6 +398,7 @@ def _run_method(case: Case, method: Method, repeat: int, work_dir: str, keep: bo
         # Unrounded: on a minute dataset a rounded MB/s is 0.0 and its ratio is lost.
         records_per_s=case.expected_records / run.wall_s,
         mb_per_s=case.input_bytes / 1e6 / run.wall_s,
+        **on_cluster_facts,
     )
     if run.startup_s is not None and run.wall_s > run.startup_s:
         # Informational: the throughput once the interpreter and imports are ready.

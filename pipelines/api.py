@@ -30,10 +30,13 @@ from recordforge.pipelines import preflight
 from recordforge.pipelines import progress as progress_view
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import open_dataset
+from recordforge.pipelines.local_workers import LocalWorkers, choose_local_workers
 from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import (
     beam_options,
     check_runner_reachable,
+    chooses_where_it_runs,
+    csv_range_bytes,
     flags_of,
     runner_args,
 )
@@ -50,7 +53,7 @@ from recordforge.transforms.core.errors import (
     UsageError,
     VerifyFailed,
 )
-from recordforge.transforms.core.reports.summary import format_plan
+from recordforge.transforms.core.reports.summary import format_plan, plural
 from recordforge.transforms.internals import parser_actions, without_step_suffix
 from recordforge.transforms.write import remove_tree
 
@@ -202,7 +205,7 @@ def run_conversion(
             disk full); MixedFeatureTypes likewise; ResumeRefused for a `resume` that cannot.
         Whatever the runner raised for any other failure.
     """
-    output, config, options, prepared = prepare_conversion(args, beam_args, tables=tables)
+    output, config, options, prepared, _ = prepare_conversion(args, beam_args, tables=tables)
     try:
         run_prepared(args, config, options, prepared, progress=progress)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
@@ -238,6 +241,7 @@ def run_plan(
     """
     config = cli_options.build_config(args, output=None, tables=tables)
     options = pipeline_options(args, beam_args)
+    config = dataclasses.replace(config, csv_range_bytes=csv_range_bytes(options))
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location
@@ -260,11 +264,31 @@ def run_plan(
         remove_tree(report_dir)
 
 
-def pipeline_options(args: argparse.Namespace, beam_args: Sequence[str]) -> PipelineOptions:
-    """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest."""
+def pipeline_options(
+    args: argparse.Namespace, beam_args: Sequence[str], workers: int | None = None
+) -> PipelineOptions:
+    """Beam's options for `convert` and `plan`: --runner/--worker_pool expanded, then the rest;
+    `workers` are the local worker processes recordforge chose (`args.workers` otherwise)."""
+    workers = args.workers if workers is None else workers
     return beam_options(
-        [*runner_args(args.runner, args.worker_pool, args.workers, beam_args), *beam_args]
+        [*runner_args(args.runner, args.worker_pool, workers, beam_args), *beam_args]
     )
+
+
+def choose_workers(
+    args: argparse.Namespace, beam_args: Sequence[str], sources
+) -> LocalWorkers | None:
+    """The local worker processes recordforge chooses for a conversion whose user did not say
+    where it runs (pipelines/local_workers.py); None when the user did."""
+    if chooses_where_it_runs(args.runner, args.workers, beam_args):
+        return None
+    chosen = choose_local_workers(sources)
+    LOGGER.debug(
+        "running in %s (%s)",
+        plural(chosen.count, "worker process") if chosen.count > 1 else "this process",
+        chosen.reason,
+    )
+    return chosen
 
 
 def prepare_conversion(
@@ -276,13 +300,16 @@ def prepare_conversion(
 ):
     """Check the options, inputs, runner and output; lock the output and stage the run.
 
-    Returns (output folder, config, Beam options, prepared output); the caller releases the
-    prepared output (its lock) when the run ends.
+    Returns (output folder, config, Beam options, prepared output, the worker processes
+    recordforge chose or None); the caller releases the prepared output (its lock) when the run
+    ends.
     """
     output = preflight.normalize_path(args.output)
     config = cli_options.build_config(args, output=output, tables=tables)
-    options = pipeline_options(args, beam_args)
+    chosen = choose_workers(args, beam_args, config.sources)
+    options = pipeline_options(args, beam_args, workers=chosen.count if chosen else None)
     check_runner_reachable(options)
+    range_bytes = csv_range_bytes(options)  # before the output is locked: it may refuse
     output_folder.check_location(output, config.sources)
     recorded = output_folder.run_options(config)
     prepared = output_folder.prepare_output(
@@ -299,6 +326,7 @@ def prepare_conversion(
         run_key=output_folder.run_key(recorded),
         resume=prepared.resuming is not None,
         detached=detached,
+        csv_range_bytes=range_bytes,
     )
     if config.split_note:
         splits = config.split_note
@@ -309,7 +337,7 @@ def prepare_conversion(
     LOGGER.info(
         "converting %s into %s (%s)", ", ".join(s.given for s in config.sources), output, splits
     )
-    return output, config, options, prepared
+    return output, config, options, prepared, chosen
 
 
 # Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,

@@ -21,6 +21,7 @@ from recordforge.pipelines import output as output_folder
 from recordforge.pipelines.assembly import build_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
+from recordforge.pipelines.local_workers import chosen_in_words
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
 from recordforge.pipelines.runner import add_runner_options, beam_options, how_it_runs
 from recordforge.schemas.features import MixedFeatureTypes
@@ -218,7 +219,7 @@ def _progress_of(args: argparse.Namespace, phases=progress.CONVERT_PHASES):
 
 def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     monitor = _progress_of(args)  # (a bad RECORDFORGE_PROGRESS_SECONDS: before anything runs)
-    output, config, options, prepared = api.prepare_conversion(args, beam_args)
+    output, config, options, prepared, chosen = api.prepare_conversion(args, beam_args)
     staging = prepared.staging
     started = time.monotonic()
     try:
@@ -244,7 +245,8 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     finally:
         prepared.release()
     dataset = open_dataset(output)
-    _print_summary(dataset, time.monotonic() - started, how_it_runs(options))
+    how = how_it_runs(options, chosen_in_words(chosen) if chosen else "")
+    _print_summary(dataset, time.monotonic() - started, how)
     if staging.mode == JOURNAL and staging.reason:
         print(f"  committed file by file (not by one folder swap): {staging.reason}")
     return EXIT_OK
@@ -274,7 +276,7 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
 
 def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     """`convert` that returns once the runner has the job, without waiting for it to finish."""
-    output, config, options, prepared = api.prepare_conversion(args, beam_args, detached=True)
+    output, config, options, prepared, _ = api.prepare_conversion(args, beam_args, detached=True)
     try:
         run_pipeline(options, lambda pipeline: build_pipeline(pipeline, config), wait=False)
     except Exception as error:  # noqa: BLE001  (the runner wraps submission errors in many types)

@@ -1,18 +1,20 @@
 """Beam metrics for the Dask runner: counted in each bundle, sent to the launcher as events.
 
 Beam's DaskRunner keeps no metrics (its result's `metrics()` raises NotImplementedError), and
-a DoFn's `Metrics.counter(...).inc()` goes nowhere outside a metrics container. Here each
-bundle (a dask task) counts into its own container and sends its running totals, every second
-while it runs and once when it ends, as a dask event (`Worker.log_event`) on a topic of its
-run; the launcher's client subscribes to the topic and keeps the latest totals of each
-(task, transform): one dask task may run several fused bundles, and a task that dask runs again
-sends under the same key, so a retry replaces the totals, never adds.
+a DoFn's `Metrics.counter(...).inc()` goes nowhere outside a metrics container. Here each dask
+task (a fused stage: bundles of several transforms) counts into a container per transform and
+sends their running totals, every second while it runs and once when it ends, as a dask event
+(`Worker.log_event`) on a topic of its run; the launcher's client subscribes to the topic and
+keeps the latest totals of each (task, transform): a task that dask runs again sends under the
+same key, so a retry replaces the totals, never adds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
+from collections.abc import Iterator
 
 from apache_beam.metrics.execution import MetricKey, MetricResult, MetricsContainer
 from apache_beam.metrics.metric import MetricResults
@@ -28,13 +30,14 @@ def new_topic() -> str:
     return f"recordforge-metrics-{uuid.uuid4().hex}"
 
 
-class BundleMetrics:
-    """While active, the Beam counters of the bundle running in this thread go to `topic`."""
+class TaskMetrics:
+    """While active, the Beam counters of the bundles this thread runs go to `topic`, one
+    metrics container per step (`step(...)` around each bundle): a dask task runs a fused
+    stage, several bundles of several transforms."""
 
-    def __init__(self, topic: str | None, step: str) -> None:
+    def __init__(self, topic: str | None) -> None:
         self._topic = topic
-        self._step = step
-        self.container = MetricsContainer(step)
+        self._containers: dict[str, MetricsContainer] = {}
         self._worker = self._task = None
         if topic is not None:
             import distributed
@@ -45,16 +48,12 @@ class BundleMetrics:
             except ValueError:  # not on a dask worker (dask's local schedulers)
                 self._worker = None
         self._stop = threading.Event()
-        self._sent: list | None = None
+        self._sent: dict | None = None
 
-    def __enter__(self) -> BundleMetrics:
+    def __enter__(self) -> TaskMetrics:
         # Beam finds a DoFn's metrics container through the thread's state sampler.
-        self._sampler = StateSampler(self._step, CounterFactory())
+        self._sampler = StateSampler("dask-task", CounterFactory())
         self._sampler.start()
-        self._state = self._sampler.scoped_state(
-            self._step, "process", metrics_container=self.container
-        )
-        self._state.__enter__()
         if self._worker is not None:
             self._publisher = threading.Thread(
                 target=self._publish_every_second, name="recordforge-metrics", daemon=True
@@ -66,30 +65,40 @@ class BundleMetrics:
         self._stop.set()
         if self._worker is not None:
             self._publisher.join()
-        self._state.__exit__(*exc_info)
         self._sampler.stop()
         if exc_info[0] is None:
             self._publish()
+
+    @contextlib.contextmanager
+    def step(self, step: str) -> Iterator[None]:
+        """Counters incremented inside go to `step`'s container."""
+        container = self._containers.get(step)
+        if container is None:
+            container = self._containers[step] = MetricsContainer(step)
+        with self._sampler.scoped_state(step, "process", metrics_container=container):
+            yield
 
     def _publish_every_second(self) -> None:
         while not self._stop.wait(_PUBLISH_SECONDS):
             try:
                 self._publish()
-            except RuntimeError:  # the DoFn added a counter meanwhile: next second
+            except RuntimeError:  # a DoFn added a counter or step meanwhile: next second
                 continue
 
     def _publish(self) -> None:
         if self._worker is None:
             return
-        counters = sorted(
-            [key.metric.namespace, key.metric.name, value]
-            for key, value in self.container.get_cumulative().counters.items()
-        )
-        if counters and counters != self._sent:
-            self._sent = counters
-            self._worker.log_event(
-                self._topic, {"task": self._task, "step": self._step, "counters": counters}
+        steps = {}
+        for step, container in list(self._containers.items()):
+            counters = sorted(
+                [key.metric.namespace, key.metric.name, value]
+                for key, value in container.get_cumulative().counters.items()
             )
+            if counters:
+                steps[step] = counters
+        if steps and steps != self._sent:
+            self._sent = steps
+            self._worker.log_event(self._topic, {"task": self._task, "steps": steps})
 
 
 class TaskCounters:
@@ -102,11 +111,12 @@ class TaskCounters:
     def add(self, event) -> None:
         """A dask event (timestamp, message), as `Client.subscribe_topic` hands them over."""
         timestamp, message = event
-        key = (message["task"], message["step"])
         with self._lock:
-            known = self._tasks.get(key)
-            if known is None or known[0] <= timestamp:
-                self._tasks[key] = (timestamp, message["counters"])
+            for step, counters in message["steps"].items():
+                key = (message["task"], step)
+                known = self._tasks.get(key)
+                if known is None or known[0] <= timestamp:
+                    self._tasks[key] = (timestamp, counters)
 
     def results(self) -> DaskMetrics:
         totals: dict[MetricKey, int] = {}

@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
+from recordforge.pipelines.local_workers import BYTES_PER_WORKER
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.internals import add_option_arguments, fn_api_runner
 
@@ -50,8 +51,10 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=int,
         help="the local runner: run the pipeline in N worker processes (short for "
-        "--direct_num_workers=N --direct_running_mode=multi_processing); default 1, this "
-        "process, which is the faster one on the sets measured in docs/performance.md",
+        "--direct_num_workers=N --direct_running_mode=multi_processing); 1 runs it in this "
+        "process. Default: chosen by the input's size, one worker process per "
+        f"{BYTES_PER_WORKER // 2**20:,} MiB of local images up to the cores, this process "
+        "below two and for CSV tables (the summary says which)",
     )
     group.add_argument(
         "--runner",
@@ -291,9 +294,21 @@ def _local_workers_args(runner: str | None, workers: int | None, beam_args: Sequ
     return [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
 
 
-def how_it_runs(options: PipelineOptions) -> str:
+def chooses_where_it_runs(
+    runner: str | None, workers: int | None, beam_args: Sequence[str]
+) -> bool:
+    """Whether the user said where a run goes: a runner (recordforge's --runner or Beam's),
+    --workers, or Beam's local worker flags. When not, recordforge chooses the local runner's
+    worker processes (pipelines/local_workers.py)."""
+    named = any(a.startswith(("--runner", *_LOCAL_WORKER_FLAGS)) for a in beam_args)
+    return runner is not None or workers is not None or named
+
+
+def how_it_runs(options: PipelineOptions, chosen: str = "") -> str:
     """Where a run's pipeline runs, in words: 'in this process', 'in 4 worker processes', or
-    'on <runner>'."""
+    'on <runner>'; with `chosen`, why recordforge chose it, in parentheses."""
+    if chosen:
+        return f"{how_it_runs(options)} ({chosen})"
     if not uses_default_runner(options):
         return f"on {options.view_as(StandardOptions).runner.rpartition('.')[2]}"
     direct = options.view_as(DirectOptions)
@@ -301,6 +316,37 @@ def how_it_runs(options: PipelineOptions) -> str:
     if direct.direct_running_mode == "multi_processing" and workers != 1:
         return f"in {os.cpu_count() if workers == 0 else workers} worker processes"
     return "in this process"
+
+
+# How much of a CSV file one worker's task reads when a run has several workers
+# (transforms/table.py): enough ranges that two or more workers share a file evenly, few
+# enough that each range's fixed cost (opening, a reader, a spill file) stays small.
+CSV_RANGE_BYTES = 16 << 20
+CSV_RANGE_VARIABLE = "RECORDFORGE_CSV_RANGE_MB"
+
+
+def csv_range_bytes(options: PipelineOptions) -> int | None:
+    """The size of the ranges CSV files are read in (None: each file whole, in one task).
+
+    One process reads a file fastest in one piece: splitting it first costs a pass over its
+    bytes and buys nothing without a second worker. RECORDFORGE_CSV_RANGE_MB, when set,
+    decides instead (0: whole files), on any runner.
+
+    Raises:
+        UsageError: RECORDFORGE_CSV_RANGE_MB is not a number of MB, 0 or more.
+    """
+    text = os.environ.get(CSV_RANGE_VARIABLE, "").strip()
+    if text:
+        try:
+            megabytes = float(text)
+        except ValueError:
+            megabytes = -1.0
+        if not 0 <= megabytes < float("inf"):
+            raise UsageError(f"{CSV_RANGE_VARIABLE}={text!r}: expected a number of MB, 0 or more")
+        return int(megabytes * (1 << 20)) or None
+    if how_it_runs(options) == "in this process":
+        return None
+    return CSV_RANGE_BYTES
 
 
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:

@@ -8,6 +8,7 @@ heavy before the handlers are in place.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
@@ -15,8 +16,13 @@ import signal
 import sys
 import threading
 
+from recordforge import lean_imports, worker_forks
 from recordforge.transforms.core.errors import Stopped, WorkerLost
-from recordforge.transforms.internals import FN_API_LOST_WORKER
+from recordforge.transforms.internals import (
+    FN_API_LOST_WORKER,
+    FORK_WORKERS,
+    fork_server_command,
+)
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _received: list[int] = []  # the stop signal taken, once
@@ -142,17 +148,70 @@ def stop_worker_processes() -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def asks_for_worker_processes(argv: list[str]) -> bool:
+    """Whether the arguments ask the local runner for worker processes (`--workers N`, N > 1,
+    or Beam's `--direct_running_mode=multi_processing`) and name no other runner: read before
+    the arguments are parsed, to start the workers' fork server early (it is only a head
+    start: the run starts its own when none was started)."""
+    if any(arg == "--runner" or arg.startswith("--runner=") for arg in argv):
+        return False
+    for index, arg in enumerate(argv):
+        value = None
+        if arg == "--workers" and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("--workers="):
+            value = arg.partition("=")[2]
+        if value is not None and value.isdigit() and int(value) > 1:
+            return True
+        if arg in ("--direct_running_mode=multi_processing", "--direct_running_mode"):
+            following = argv[index + 1] if index + 1 < len(argv) else ""
+            if arg.endswith("=multi_processing") or following == "multi_processing":
+                return True
+    return False
+
+
+_finished: list[int] = []  # the status main() returns, once it has returned
+
+
+def _end_without_teardown() -> None:
+    """The last exit handler (registered first): end the process with main()'s status without
+    the interpreter's teardown, which frees Beam's million objects one by one (about a second
+    of a short run, and longer on a busy machine). The other exit handlers (Beam's, a job's
+    cleanup) have run by then; logging's, registered before this one, is run here."""
+    if not _finished:  # main() raised: the usual exit, traceback and all
+        return
+    logging.shutdown()
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(_finished[0])
+
+
 def main() -> int:
+    atexit.register(_end_without_teardown)
     handle_stops()
+    argv = sys.argv[1:]
+    # This process is recordforge's own: it keeps out the modules no command uses, before Beam
+    # is imported (recordforge/lean_imports.py).
+    lean_imports.refuse(lean_imports.unused_by_command(argv))
+    if FORK_WORKERS and asks_for_worker_processes(argv):
+        # The workers' fork server imports Beam on another core while this process does.
+        worker_forks.prestart(fork_server_command())
     try:
-        from recordforge.pipelines.cli import main as cli_main
-    except Stopped as stop:
-        print(
-            f"recordforge: stopped by {stop.name} before starting; nothing was written",
-            file=sys.stderr,
-        )
-        return stop.exit_status
-    return cli_main()
+        try:
+            from recordforge.pipelines.cli import main as cli_main
+        except Stopped as stop:
+            print(
+                f"recordforge: stopped by {stop.name} before starting; nothing was written",
+                file=sys.stderr,
+            )
+            _finished.append(stop.exit_status)
+            return stop.exit_status
+        status = cli_main()
+        _finished.append(status)
+        return status
+    finally:
+        worker_forks.close_prestarted()
 
 
 if __name__ == "__main__":

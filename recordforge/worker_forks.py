@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import logging
 import os
 import selectors
 import signal
@@ -33,6 +34,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 FORK_SERVER_FLAG = "--fork-server"
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -51,6 +53,13 @@ class ForkServerGone(RuntimeError):
     """The fork server ended before the worker did (killed, or failed to start)."""
 
 
+# What the server and its workers write to stderr: Beam's SDK worker prints the traceback of
+# every failed bundle there, a user's refused run included, which the launcher reports in one
+# line of its own. So their lines go to this logger, at debug level (`recordforge -v` shows
+# them), not straight onto the launcher's terminal.
+WORKER_OUTPUT = logging.getLogger("recordforge.workers")
+
+
 class ForkServer:
     """The launcher's side: starts the server and runs workers through it, thread-safely."""
 
@@ -59,8 +68,16 @@ class ForkServer:
             command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env={**_SINGLE_THREADED_IMPORTS, **os.environ},
         )
+        self._relay = threading.Thread(
+            target=_relay_lines,
+            args=(self._process.stderr,),
+            name="recordforge-worker-output",
+            daemon=True,
+        )
+        self._relay.start()
         self._writing = threading.Lock()
         self._lock = threading.Lock()
         self._next_request = 0
@@ -106,6 +123,7 @@ class ForkServer:
             self._process.stdin.close()
         self._process.wait()
         self._reader.join()
+        self._relay.join()
 
     def _read(self) -> None:
         for line in self._process.stdout:
@@ -121,9 +139,39 @@ class ForkServer:
             self._changed.notify_all()
 
 
-def serve(run_worker: Callable[[], None]) -> None:
+def _relay_lines(stream) -> None:
+    for line in stream:
+        WORKER_OUTPUT.debug("%s", line.decode(errors="replace").rstrip())
+
+
+# A fork server started before the run that takes it (`prestart`): the `recordforge` program
+# starts it first thing when its arguments ask for worker processes, so that the server's
+# import of Beam runs on another core while the launcher imports Beam and builds the pipeline.
+_prestarted: list[ForkServer] = []
+
+
+def prestart(command: list[str]) -> None:
+    """Start a fork server now for the run that will `take_prestarted()` it."""
+    if not _prestarted:
+        _prestarted.append(ForkServer(command))
+
+
+def take_prestarted() -> ForkServer | None:
+    """The server `prestart` started, if any; the caller closes it."""
+    return _prestarted.pop() if _prestarted else None
+
+
+def close_prestarted() -> None:
+    """End a prestarted server that no run took (the program failed before running one)."""
+    server = take_prestarted()
+    if server is not None:
+        server.close()
+
+
+def serve(run_worker: Callable[[], None]) -> NoReturn:
     """The server's side: read requests on stdin until it closes, forking a child for each
-    that sets the request's environment variables and calls `run_worker()`."""
+    that sets the request's environment variables and calls `run_worker()`; then end the
+    process."""
     requests = os.dup(0)
     replies = os.dup(1)
     # The workers' own stdin and stdout are not the protocol's pipes.
@@ -171,6 +219,12 @@ def serve(run_worker: Callable[[], None]) -> None:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     _reap(running, replies, block=True)
+    # Ended without the interpreter's own teardown: with Beam's thousands of modules loaded it
+    # takes about a second, which the launcher would wait for at the end of every run.
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(0)
 
 
 def _run_child(env: dict[str, str], run_worker: Callable[[], None], server: int) -> None:

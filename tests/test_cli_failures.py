@@ -147,6 +147,24 @@ def test_error_rate_exceeded_fails_and_leaves_the_output_as_it_was(small_folder,
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
+def test_a_refused_run_in_worker_processes_says_so_in_one_line(small_folder, tmp_path, cli):
+    """Beam's SDK worker prints a failed bundle's traceback on its own stderr; the launcher
+    reports the refusal once, and shows the workers' lines only with -v."""
+    for i in range(3):
+        (small_folder / "a" / f"bad{i}.jpg").write_bytes(b"not an image at all")
+    out = tmp_path / "out"
+    args = ("convert", small_folder, "-o", out, "--max-error-rate", "0.2", "--workers", "2")
+    result = cli(*args)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("recordforge: converting"), result.stderr
+    assert lines[1].startswith("recordforge: failed: 3 of 7 inputs failed (42.9%)"), lines
+    told = cli(*args, "-v")
+    assert told.returncode == 1, told.stderr
+    assert "recordforge: Traceback (most recent call last):" in told.stderr
+    assert "ErrorRateExceeded" in told.stderr
+
+
 def test_a_crash_mid_run_leaves_no_manifest_and_no_partial_shard(
     tmp_path, many_images, monkeypatch
 ):
@@ -255,17 +273,42 @@ def test_a_runner_that_cannot_work_is_a_usage_error_within_seconds(
     assert not (tmp_path / "out").exists()
 
 
+# Loaded by every Python process of the first run (through PYTHONPATH): its shard files open
+# only once the file GO_FILE names exists, so the run holds its lock until the test says.
+_WAIT_TO_WRITE = """
+import os, time
+
+from recordforge.transforms import write
+
+_create = write._create
+
+
+def _create_when_told(path):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.environ["GO_FILE"]) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _create(path)
+
+
+write._create = _create_when_told
+"""
+
+
 def test_a_second_run_into_the_same_output_is_refused_naming_the_first(small_folder, tmp_path):
     from conftest import RECORDFORGE
 
     out = tmp_path / "out"
     lock = tmp_path / ".out.recordforge-lock"
+    site, go = tmp_path / "site", tmp_path / "go"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_WAIT_TO_WRITE)
     first = subprocess.Popen(
         [RECORDFORGE, "convert", str(small_folder), "-o", str(out), "--name", "one"]
         + ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env={**os.environ, "PYTHONPATH": str(site), "GO_FILE": str(go)},
     )
     deadline = time.monotonic() + 120
     while not lock.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -277,6 +320,7 @@ def test_a_second_run_into_the_same_output_is_refused_naming_the_first(small_fol
         text=True,
         timeout=300,
     )
+    go.touch()  # the first run may write now
     _, stderr = first.communicate(timeout=300)
     assert first.returncode == 0, stderr
     _assert_usage_error(second, "another conversion is writing this output", holder["run_id"])

@@ -379,8 +379,8 @@ def _change_before_second_read(monkeypatch, csv_path, new_text, seen):
     second_read = table_module._ReadTableFn.process
 
     def change_then_read(self, file, *args):
-        if len(file) == 3:  # (Source, path, FileFingerprint of the first read)
-            seen.append(file[2])
+        if len(file) == 4:  # (Source, path, CsvRange, FileFingerprint of the first read)
+            seen.append(file[3])
             csv_path.write_text(new_text)
         yield from second_read(self, file, *args)
 

@@ -198,6 +198,25 @@ def test_a_table_without_images_gs_to_gs_matches_a_local_run(gcs, bucket, tmp_pa
     assert (info["num_records"], info["errors"]["count"]) == (2000, 1)
 
 
+def test_a_csv_on_gs_read_in_ranges_matches_a_local_whole_reading(
+    gcs, bucket, tmp_path, cli, monkeypatch
+):
+    # Each range is a ranged read of the object (seek, then read to the range's end).
+    table = tmp_path / "table"
+    table.mkdir()
+    lines = ["id,kind,note"] + [f'{i},{"xyz"[i % 3]},"line\n{i}"' for i in range(2000)]
+    lines.insert(7, "bad,x")  # wrong field count: quarantined
+    (table / "rows.csv").write_text("\n".join(lines) + "\n")
+    upload(gcs, table, bucket, "in")
+    args = ("--label-column", "kind", *OPTIONS)
+    local_run = cli("convert", table / "rows.csv", "-o", tmp_path / "local", *args)
+    assert local_run.returncode == 0, local_run.stderr
+    monkeypatch.setenv("RECORDFORGE_CSV_RANGE_MB", "0.005")  # ~5 KB ranges: ~9 of them
+    remote_run = cli("convert", f"gs://{bucket}/in/rows.csv", "-o", f"gs://{bucket}/out", *args)
+    assert remote_run.returncode == 0, remote_run.stderr
+    assert_same_dataset(download(gcs, bucket, "out"), local_files(tmp_path / "local"))
+
+
 # The CLI, in a process that is killed outright (SIGKILL: no cleanup of any kind) the moment
 # the commit starts: every shard has been staged, no final name has been touched.
 _KILLED_AT_COMMIT = """

@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import random
+import re
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -152,6 +153,24 @@ def test_a_gzip_csv_cut_in_half_fails_the_run_naming_file_byte_and_last_row(tmp_
     assert "b.csv.gz cannot be read to its end: the compressed data ends early" in line
     assert "at byte " in line and "the last row read is row " in line
     assert not (out / "dataset_info.json").exists()
+
+
+def test_a_cut_gzip_csv_is_reported_at_the_same_place_with_text_labels(tmp_path, cli):
+    """Text labels are read in a first pass whose stream is fingerprinted: that stream must
+    still read a gzip file in its own pieces, or the cut loses what was decompressed and the
+    message said "at byte 0"."""
+    whole = _gzip_rows(20_000)
+    folder = _two_tables(tmp_path, whole[: len(whole) // 2], "b.csv.gz")
+    places = []
+    for labels in ((), ("--label-column", "name")):
+        result = cli("convert", f"{folder}/*.csv*", "-o", tmp_path / "out", *labels)
+        assert result.returncode == 1, result.stderr
+        line = result.stderr.strip().splitlines()[-1]
+        found = re.search(r"at byte ([\d,]+).*the last row read is row ([\d,]+)", line)
+        assert found, line
+        places.append(found.groups())
+    assert places[0] == places[1], places
+    assert int(places[0][0].replace(",", "")) > 100_000, places  # well into the file
 
 
 def test_plan_on_a_file_that_cannot_be_read_to_its_end_fails_with_one_line(tmp_path, cli):

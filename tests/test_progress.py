@@ -135,11 +135,16 @@ def _start_dask(servers, tmp_path) -> str:  # noqa: F811  (the fixture's value)
         "dask-scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local]
     )
     scheduler.wait_for_port(port)
+    # The workers pause before each shard file, as the slowed local runs do: the job lasts
+    # longer than the launcher's first polls (a fused run of 240 small images can be done
+    # before it has shown any bar).
+    slowed = {k: v for k, v in _slowed_env(tmp_path).items() if k != INTERVAL_VARIABLE}
     for i in range(2):
         servers(
             f"dask-worker-{i}",
             [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
             + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
+            env=slowed,
         )
     from distributed import Client
 
@@ -198,7 +203,9 @@ def test_dask_runner_progress_live_and_final(many_images, tmp_path, servers):  #
     assert result.stdout.startswith("Converted 240 inputs into 240 records")
     # A terminal: a bar per phase, filled from the metrics polled while the job ran.
     status, stdout, terminal = _run_on_pty(
-        ["convert", str(many_images), "--output", str(tmp_path / "bars"), *dask], tmp_path
+        ["convert", str(many_images), "--output", str(tmp_path / "bars"), *dask],
+        tmp_path,
+        {**server_env(), INTERVAL_VARIABLE: "0.05"},
     )
     assert status == 0, terminal
     assert stdout.startswith("Converted 240 inputs into 240 records"), stdout

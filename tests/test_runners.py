@@ -290,12 +290,12 @@ class ListenerWatch:
         assert not outside, f"listeners outside 127.0.0.1: {outside}"
 
 
-def run_watched(args: list[str], servers: list[Server], cwd: pathlib.Path):
+def run_watched(args: list[str], servers: list[Server], cwd: pathlib.Path, env: dict | None = None):
     """Run the recordforge command, watching the listeners of it and of the servers."""
     launcher = subprocess.Popen(
         [RECORDFORGE, *args],
         cwd=cwd,
-        env=server_env(),
+        env={**server_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -333,6 +333,18 @@ def test_multi_process_fn_api_runner_writes_the_in_process_bytes(table, referenc
     workers = [pid for pid, (parent, _) in watch.processes.items() if parent == servers[0]]
     assert len(workers) == 2, watch.processes
     assert not [c for c in watch.commands if "sdk_worker_main" in c], sorted(watch.commands)
+
+
+# Ranges of about 5 KB: the plain table (~90 KB) is read as ~18 tasks.
+IN_RANGES = {"RECORDFORGE_CSV_RANGE_MB": "0.005"}
+
+
+def test_multi_process_fn_api_runner_reads_one_csv_in_ranges(
+    plain_table, plain_reference, tmp_path
+):
+    out = tmp_path / "out"
+    run_watched([*_plain_args(plain_table, out), "--workers", "2"], [], tmp_path, IN_RANGES)
+    assert_same_plain_dataset(out, plain_reference)
 
 
 def test_portable_runner_with_job_service_and_worker_pool(
@@ -401,10 +413,16 @@ def test_dask_runner_on_a_scheduler_and_two_workers(
         started = time.time()
         _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
         tasks = client.get_task_stream(start=started)
-        # A table without images: spilled, placed by reference and written on the workers.
+        # A table without images: spilled, placed by reference and written on the workers;
+        # then read in ranges, spread over both workers.
         plain = tmp_path / "plain"
         run_watched([*_plain_args(plain_table, plain), *dask], [scheduler, *workers], tmp_path)
+        ranged = tmp_path / "ranged"
+        run_watched(
+            [*_plain_args(plain_table, ranged), *dask], [scheduler, *workers], tmp_path, IN_RANGES
+        )
     assert_same_plain_dataset(plain, plain_reference)
+    assert_same_plain_dataset(ranged, plain_reference)
     assert_same_dataset(out, reference)
     watch.assert_loopback_only()
     used = collections.Counter(task["worker"] for task in tasks)

@@ -9,19 +9,20 @@ import apache_beam as beam
 from apache_beam.portability import python_urns
 from apache_beam.transforms.environments import SubprocessSDKEnvironment
 
+from recordforge.lean_imports import UNUSED_IN_WORKERS
 from recordforge.transforms import internals
 from recordforge.transforms.internals import use_recordforge_workers, worker_commands
-from recordforge.worker import UNUSED_IN_WORKERS
 
 # What a worker process imports before it serves bundles, and what it keeps out.
 _PROBE = """
 import sys
-from recordforge.worker import RefuseImports, UNUSED_IN_WORKERS
-sys.meta_path.insert(0, RefuseImports(UNUSED_IN_WORKERS))
+from recordforge.lean_imports import UNUSED_IN_WORKERS, refuse
+refuse(UNUSED_IN_WORKERS)
 import apache_beam.runners.worker.sdk_worker_main
 import apache_beam.io.gcp.gcsfilesystem  # gs:// inputs stay readable
 import recordforge.transforms.convert, recordforge.transforms.write
-print(sorted(n for n in sys.modules if n.split(".")[0] == "pandas" or n in UNUSED_IN_WORKERS))
+print(sorted(n for n in sys.modules
+             if any(n == u or n.startswith(u + ".") for u in UNUSED_IN_WORKERS)))
 try:
     import pandas.core.frame  # the package is refused first
 except ModuleNotFoundError as error:
@@ -83,3 +84,47 @@ def test_a_worker_command_the_user_chose_is_left_alone():
     proto = _proto(f"{sys.executable} -m my.own.worker")
     assert use_recordforge_workers(proto) == 0
     assert _commands(proto) == {f"{sys.executable} -m my.own.worker".encode()}
+
+
+# The `recordforge` program run in this interpreter; then which refusable modules it loaded.
+_PROGRAM = """
+import sys
+from recordforge import command
+from recordforge.lean_imports import UNUSED_IN_WORKERS
+sys.argv = ["recordforge", *sys.argv[1:]]
+code = command.main()
+loaded = sorted({u for u in UNUSED_IN_WORKERS for n in sys.modules
+                 if n == u or n.startswith(u + ".")})
+print(code, loaded)
+"""
+
+
+def _program(tmp_path, *args) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    # Nothing printed about the refused modules (Beam's warnings would reach the terminal).
+    assert "Traceback" not in result.stderr and "WARNING" not in result.stderr, result.stderr
+    return result.stdout.splitlines()[-1]
+
+
+def test_the_program_converts_without_the_modules_no_command_uses(tmp_path):
+    from conftest import make_image
+
+    make_image(tmp_path / "photos" / "cats" / "0.jpg", "JPEG", size=(40, 30), seed=0)
+    out = tmp_path / "out"
+    assert _program(tmp_path, "convert", tmp_path / "photos", "--output", out) == "0 []"
+    assert (out / "dataset_info.json").is_file()
+
+
+def test_the_program_keeps_the_dataflow_client_for_a_dataflow_run(tmp_path):
+    # Without --project and the rest the run is refused before it starts (status 2), after
+    # Beam, which loads the Dataflow client with its runners, was imported.
+    line = _program(
+        tmp_path, "convert", tmp_path, "--output", "gs://b/out", "--runner", "DataflowRunner"
+    )
+    assert line == "2 ['google.cloud.dataflow', 'google.cloud.dataflow_v1beta3']", line

@@ -181,3 +181,102 @@ def test_a_script_without_a_main_guard_runs_once_with_worker_processes(tmp_path)
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["script started", "records: 6"], result.stdout
+
+
+# The `recordforge` program with ForkServer recording, for each server it starts, whether the
+# program had imported Apache Beam yet; then the names of the servers' processes still alive
+# when the program has returned.
+_COUNTED_PROGRAM = textwrap.dedent(
+    """
+    import json, os, sys
+    from recordforge import command, worker_forks
+
+    started = []
+    real_init = worker_forks.ForkServer.__init__
+
+    def counting_init(self, command_line):
+        real_init(self, command_line)
+        started.append({"beam_loaded": "apache_beam" in sys.modules,
+                         "pid": self._process.pid})
+
+    worker_forks.ForkServer.__init__ = counting_init
+    sys.argv = ["recordforge", *sys.argv[1:]]
+    code = command.main()
+    alive = [s["pid"] for s in started if os.path.exists(f"/proc/{s['pid']}")
+             and open(f"/proc/{s['pid']}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+    print(json.dumps({"code": code, "started": started, "alive": alive}))
+    """
+)
+
+
+def _counted_run(tmp_path, *args) -> dict:
+    result = subprocess.run(
+        [sys.executable, "-c", _COUNTED_PROGRAM, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    import json
+
+    return json.loads(result.stdout.splitlines()[-1]) | {"stderr": result.stderr}
+
+
+def test_asked_for_workers_the_program_starts_their_fork_server_before_it_loads_beam(tmp_path):
+    photos = tmp_path / "photos"
+    for index in range(6):
+        make_image(photos / "cats" / f"{index}.jpg", "JPEG", size=(40, 30), seed=index)
+    run = _counted_run(tmp_path, "convert", photos, "--output", tmp_path / "out", "--workers", "2")
+    assert run["code"] == 0, run["stderr"]
+    # One server, started ahead of Beam's import and taken by the run (not a second one).
+    assert [s["beam_loaded"] for s in run["started"]] == [False], run
+    assert run["alive"] == [], "the run ends its fork server"
+    assert (tmp_path / "out" / "dataset_info.json").is_file()
+
+
+def test_a_prestarted_fork_server_that_no_run_takes_is_ended_before_the_program_returns(
+    tmp_path,
+):
+    run = _counted_run(
+        tmp_path,
+        "convert",
+        tmp_path / "no-such-folder",
+        "--output",
+        tmp_path / "out",
+        "--workers",
+        "2",
+    )
+    assert run["code"] == 2, run["stderr"]
+    assert "no-such-folder" in run["stderr"]
+    assert [s["beam_loaded"] for s in run["started"]] == [False], run
+    assert run["alive"] == [], "the unused fork server outlived the program"
+
+
+def test_in_process_runs_start_no_fork_server(tmp_path):
+    photos = tmp_path / "photos"
+    make_image(photos / "cats" / "0.jpg", "JPEG", size=(40, 30), seed=0)
+    run = _counted_run(tmp_path, "convert", photos, "--output", tmp_path / "out", "--workers", "1")
+    assert run["code"] == 0, run["stderr"]
+    assert run["started"] == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "asks"),
+    [
+        (["convert", "x", "--workers", "2"], True),
+        (["convert", "x", "--workers=4"], True),
+        (["convert", "x", "--workers", "1"], False),
+        (["convert", "x", "--workers"], False),
+        (["convert", "x", "--workers", "two"], False),
+        (["convert", "x", "--direct_running_mode=multi_processing"], True),
+        (["convert", "x", "--direct_running_mode", "multi_processing"], True),
+        (["convert", "x", "--direct_running_mode=in_memory"], False),
+        (["convert", "x", "--workers", "2", "--runner", "dask"], False),
+        (["convert", "x", "--runner=portable", "--direct_running_mode=multi_processing"], False),
+        (["convert", "x"], False),
+    ],
+)
+def test_which_arguments_ask_for_worker_processes(argv, asks):
+    from recordforge.command import asks_for_worker_processes
+
+    assert asks_for_worker_processes(argv) is asks

@@ -75,6 +75,9 @@ class ConvertConfig:
             fingerprint.
         resume: keep shards an earlier run staged from the same inputs and options.
         detached: the launcher does not wait for the run; its commit releases the lock.
+        csv_range_bytes: uncompressed CSV files (tables without images) larger than this are
+            split into ranges of about this size, each read by whichever worker gets it; None
+            reads each file whole, in one task. It changes no output byte.
     """
 
     sources: tuple[Source, ...]
@@ -105,6 +108,7 @@ class ConvertConfig:
     run_key: str = ""
     resume: bool = False
     detached: bool = False
+    csv_range_bytes: int | None = None
 
     @property
     def staged(self) -> Staging:
@@ -237,6 +241,7 @@ class _Planned(beam.PTransform):
             # encoded records in spill files until PlaceTable places them.
             with_examples=False,
             spill_dir=config.staged.spill if self._assign else None,
+            range_bytes=config.csv_range_bytes,
         )
         return built, built["labels"]
 

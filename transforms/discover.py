@@ -29,6 +29,7 @@ from recordforge.transforms.core.records import (
     Source,
     pack,
 )
+from recordforge.transforms.core.tables.ranges import WHOLE, CsvRange
 from recordforge.transforms.core.tables.receipts import CsvReceipt
 from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_rows
 from recordforge.transforms.core.tables.stream import CsvReadFailure
@@ -412,8 +413,8 @@ def _label(values: dict, column: str) -> str | int:
     return _text(values, column, "MissingLabel")
 
 
-def receipt_of(path: str, end: CsvEnd, opened: OpenedCsv) -> CsvReceipt:
-    """The receipt of a CSV file read to its end."""
+def receipt_of(path: str, end: CsvEnd, opened: OpenedCsv, part: CsvRange = WHOLE) -> CsvReceipt:
+    """The receipt of a CSV file (or of a range of it, `part`) read to its end."""
     return CsvReceipt(
         path,
         end.rows,
@@ -421,6 +422,8 @@ def receipt_of(path: str, end: CsvEnd, opened: OpenedCsv) -> CsvReceipt:
         opened.stored_bytes,
         opened.stored_size,
         compressed=opened.compressed,
+        start=part.start,
+        end=part.end,
     )
 
 

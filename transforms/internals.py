@@ -72,21 +72,23 @@ _BEAM_NAMES = {
     "MIN_TIMESTAMP": ("apache_beam.utils.timestamp", "MIN_TIMESTAMP"),
     # The local runner without Prism's download; not a public entry point.
     "FnApiRunner": ("apache_beam.runners.portability.fn_api_runner", "FnApiRunner"),
-    # pipelines/dask_runner.py runs a bundle as Beam's own DoFn runner does.
+    # pipelines/dask_tasks.py runs a bundle as Beam's own DoFn runner does.
     "OutputHandler": ("apache_beam.runners.common", "_OutputHandler"),
     "DoFnContext": ("apache_beam.runners.common", "DoFnContext"),
     "DoFnInvoker": ("apache_beam.runners.common", "DoFnInvoker"),
     "DoFnSignature": ("apache_beam.runners.common", "DoFnSignature"),
     "Receiver": ("apache_beam.runners.common", "Receiver"),
     "SideInputMap": ("apache_beam.transforms.sideinputs", "SideInputMap"),
-    # Beam's DaskRunner, the class pipelines/dask_runner.py extends, and its translation.
+    # Beam's DaskRunner, the class pipelines/dask_runner.py extends, and the placeholders its
+    # overrides put in the graph, which that runner translates.
     "BeamDaskRunner": ("apache_beam.runners.dask.dask_runner", "DaskRunner"),
     "DaskOptions": ("apache_beam.runners.dask.dask_runner", "DaskOptions"),
-    "DaskRunnerResult": ("apache_beam.runners.dask.dask_runner", "DaskRunnerResult"),
     "dask_overrides": ("apache_beam.runners.dask.overrides", "dask_overrides"),
+    "DaskCreate": ("apache_beam.runners.dask.overrides", "_Create"),
     "DaskReshuffle": ("apache_beam.runners.dask.overrides", "_Reshuffle"),
-    "DASK_TRANSLATIONS": ("apache_beam.runners.dask.transform_evaluator", "TRANSLATIONS"),
-    "DaskFlatten": ("apache_beam.runners.dask.transform_evaluator", "Flatten"),
+    "DaskGroupByKeyOnly": ("apache_beam.runners.dask.overrides", "_GroupByKeyOnly"),
+    "DaskGroupAlsoByWindow": ("apache_beam.runners.dask.overrides", "_GroupAlsoByWindow"),
+    "DaskFlattenTransform": ("apache_beam.runners.dask.overrides", "_Flatten"),
     # pipelines/dask_metrics.py: a Dask bundle's counters land in a container the runner reads,
     # found through the thread's state sampler as on Beam's own workers.
     "StateSampler": ("apache_beam.runners.worker.statesampler", "StateSampler"),
@@ -211,13 +213,21 @@ def use_recordforge_workers(pipeline_proto) -> int:
 _fork_servers: list = []  # the fork server of the run in progress (one FnApiRunner run at a time)
 
 
+def fork_server_command() -> list[str]:
+    """The command of the fork server of FORKED_WORKERS_URN's workers."""
+    from recordforge.worker_forks import FORK_SERVER_FLAG
+
+    return [sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG]
+
+
 @contextlib.contextmanager
 def forked_workers() -> Iterator[None]:
     """While the block runs, a fork server (recordforge/worker_forks.py) is up for the
-    FORKED_WORKERS_URN environments' workers; it is ended (with any worker left) after."""
-    from recordforge.worker_forks import FORK_SERVER_FLAG, ForkServer
+    FORKED_WORKERS_URN environments' workers (the one the program prestarted, if any); it is
+    ended (with any worker left) after."""
+    from recordforge.worker_forks import ForkServer, take_prestarted
 
-    server = ForkServer([sys.executable, "-m", WORKER_MODULE, FORK_SERVER_FLAG])
+    server = take_prestarted() or ForkServer(fork_server_command())
     _fork_servers.append(server)
     try:
         yield

@@ -184,6 +184,48 @@ def open_csv(path: str) -> Iterator[OpenedCsv]:
             yield OpenedCsv(buffered, counter, size, compressed=False)
 
 
+@contextlib.contextmanager
+def open_csv_range(path: str, start: int, end: int) -> Iterator[OpenedCsv]:
+    """Open bytes [start, end) of an uncompressed CSV file (any Beam filesystem), as open_csv
+    opens the whole file: `stream` ends at `end`, `stored_bytes` counts the range's bytes
+    consumed, `stored_size` is the file's size.
+
+    Raises:
+        What open_file raises.
+    """
+    with open_file(path) as raw:
+        size = _stored_size(raw)
+        raw.seek(start)
+        # The bound is below the buffer, so that its read-ahead stops at the range's end.
+        counter = _CountingReader(_Bounded(raw, end - start))
+        yield OpenedCsv(io.BufferedReader(counter, 1 << 20), counter, size, compressed=False)
+
+
+class _Bounded(io.RawIOBase):
+    """The next `size` bytes of a stream, then end-of-file."""
+
+    def __init__(self, stream: BinaryIO, size: int) -> None:
+        self._stream = stream
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._left <= 0:
+            return 0
+        view = memoryview(buffer)[: self._left]
+        readinto = getattr(self._stream, "readinto", None)
+        if readinto is not None:
+            got = readinto(view) or 0
+        else:
+            data = self._stream.read(len(view))
+            got = len(data)
+            view[:got] = data
+        self._left -= got
+        return got
+
+
 def _stored_size(stream) -> int:
     try:
         return os.fstat(stream.fileno()).st_size

@@ -4,7 +4,9 @@ ReadTable reads each file once (after a pass over its labels when labels are tex
 the records for the plan, reports bad rows, and parks each encoded block of rows in a spill
 file; once the plan exists, PlaceTable reads the blocks back and places their records into
 shards. Encoded records never wait for the plan in the runner's memory, and cross the shuffle
-as references to spill files (transforms/spill.py).
+as references to spill files (transforms/spill.py). A large file is first split into byte
+ranges of whole records (core.tables.ranges), and its ranges are read by whichever workers
+get them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from recordforge.transforms.core.records import (
 )
 from recordforge.transforms.core.tables.background import ahead
 from recordforge.transforms.core.tables.fingerprint import FileFingerprint, FingerprintingStream
+from recordforge.transforms.core.tables.ranges import WHOLE, CsvRange, split_csv
 from recordforge.transforms.core.tables.receipts import CsvReceipt
 from recordforge.transforms.core.tables.records import TableRecords
 from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_batches
@@ -48,7 +51,7 @@ from recordforge.transforms.discover import (
 )
 from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import INPUTS_LISTED, Progress
-from recordforge.transforms.remote_reads import open_csv
+from recordforge.transforms.remote_reads import open_csv, open_csv_range
 from recordforge.transforms.shard import CUT, SettleCutBuckets, WholeShards
 from recordforge.transforms.spill import SpillWriter, unspilled
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
@@ -78,6 +81,10 @@ class ReadTable(beam.PTransform):
     sorted class names of every good row, so those take a first pass over the files (read and
     validated, not encoded), and the second read of a file must see what the first saw (else
     InputChanged names it); without text labels each file is read once.
+
+    With `range_bytes`, each uncompressed file larger than that is first split into ranges of
+    about that size (SplitCsvFiles: one sequential pass over the file's bytes, see
+    core.tables.ranges), and each range is a task of its own; else each file is one task.
     """
 
     def __init__(
@@ -91,18 +98,29 @@ class ReadTable(beam.PTransform):
         source_indices,
         with_examples: bool = True,
         spill_dir: str | None = None,
+        range_bytes: int | None = None,
     ) -> None:
         super().__init__()
         self._args = (schema, roles, tuple(splits), salt)
         self._label_args = (tuple(source_indices), label_mode, bool(roles.label_column))
         self._with_examples = with_examples or spill_dir is not None
         self._spill_dir = spill_dir
+        self._range_bytes = range_bytes
 
     def expand(self, csv_files):
         schema, roles, splits, salt = self._args
         source_indices, mode, labelled = self._label_args
         # One CSV file per task: spread files over workers before reading.
         files = csv_files | "SpreadCsvFiles" >> beam.Reshuffle()
+        if self._range_bytes:
+            # Then one range per task: the ranges of a large file spread over workers.
+            files = (
+                files
+                | "SplitCsvFiles" >> beam.ParDo(_SplitCsvFn(schema, self._range_bytes))
+                | "SpreadCsvRanges" >> beam.Reshuffle()
+            )
+        else:
+            files = files | "WholeCsvFiles" >> beam.Map(lambda file: (*file, WHOLE))
         if TableRecords(schema, roles, splits, salt).text_labels:
             read_labels = files | "ReadLabels" >> beam.ParDo(
                 _ReadTableFn(*self._args, collect_labels=True)
@@ -113,7 +131,7 @@ class ReadTable(beam.PTransform):
                 >> beam.CombineGlobally(TallyCombineFn(LabelTally, _add_label_texts))
                 | "ResolveLabels" >> beam.Map(resolve_labels, [], source_indices, mode, labelled)
             )
-            files = read_labels[READ_FILES]  # (Source, path, FileFingerprint)
+            files = read_labels[READ_FILES]  # (Source, path, CsvRange, FileFingerprint)
         else:
             label_map = resolve_labels(LabelTally(), [], source_indices, mode, labelled)
             labels = csv_files.pipeline | "Labels" >> beam.Create([label_map])
@@ -137,12 +155,45 @@ def _add_label_texts(tally: LabelTally, source_and_texts) -> None:
         tally.add(source, None, text)
 
 
+class _SplitCsvFn(beam.DoFn):
+    """(Source, CSV path) → (Source, path, CsvRange) for each range of the file (one, WHOLE,
+    for a file not split: see core.tables.ranges)."""
+
+    def __init__(self, schema: CsvSchema, range_bytes: int) -> None:
+        self._delimiter = schema.delimiter
+        self._header = schema.expected_header
+        self._range_bytes = range_bytes
+
+    def process(self, file: tuple):
+        source, path = file
+        for part in self._ranges(path):
+            yield source, path, part
+
+    def _ranges(self, path: str) -> tuple[CsvRange, ...]:
+        if path.lower().endswith(".gz"):  # a gzip stream cannot be entered at an offset
+            return (WHOLE,)
+        try:
+            with open_csv(path) as opened:
+                if opened.compressed or opened.stored_size <= self._range_bytes:
+                    return (WHOLE,)
+                return split_csv(
+                    opened.stream,
+                    delimiter=self._delimiter,
+                    header=self._header,
+                    range_bytes=self._range_bytes,
+                    stored_size=opened.stored_size,
+                )
+        except (InputError, *STORAGE_ERRORS):
+            return (WHOLE,)  # read whole, its reading reports what is wrong
+
+
 class _ReadTableFn(beam.DoFn):
-    """(Source, CSV path[, FileFingerprint of an earlier read]) → RecordRef batches; bad rows
-    and files → ERRORS; TALLY per bundle; with a spill folder, encoded batches → BLOCKS.
+    """(Source, CSV path, CsvRange[, FileFingerprint of an earlier read]) → RecordRef batches;
+    bad rows and files → ERRORS; TALLY per bundle; with a spill folder, encoded batches →
+    BLOCKS.
 
     With `collect_labels`, it yields (source index, text labels of the good rows) instead, and
-    (Source, path, FileFingerprint) per file → READ_FILES.
+    (Source, path, CsvRange, FileFingerprint) per range → READ_FILES.
     """
 
     def __init__(
@@ -170,10 +221,10 @@ class _ReadTableFn(beam.DoFn):
             self._progress = Progress("csv_rows_read", "read", "CSV rows", phase=INPUTS_LISTED)
 
     def process(self, file: tuple, label_map: LabelMap | None = None):
-        source, path = file[:2]
-        first_read = file[2] if len(file) > 2 else None
+        source, path, part = file[:3]
+        first_read = file[3] if len(file) > 3 else None
         try:
-            yield from self._read(source, path, first_read, label_map)
+            yield from self._read(source, path, part, first_read, label_map)
         except UnknownLabel as error:
             if first_read is None:
                 raise
@@ -183,12 +234,15 @@ class _ReadTableFn(beam.DoFn):
                 "convert it again once it no longer changes"
             ) from None
 
-    def _read(self, source: Source, path: str, first_read, label_map: LabelMap | None):
+    def _read(
+        self, source: Source, path: str, part: CsvRange, first_read, label_map: LabelMap | None
+    ):
         labels: set[str] = set()
         chunks = _read_chunks(
             self._records,
             source,
             path,
+            part,
             None if self._collect_labels else label_map,
             with_examples=self._with_examples,
             fingerprint=self._collect_labels or first_read is not None,
@@ -208,7 +262,7 @@ class _ReadTableFn(beam.DoFn):
                     continue
                 if isinstance(item, FileFingerprint):
                     if self._collect_labels:
-                        yield beam.pvalue.TaggedOutput(READ_FILES, (source, path, item))
+                        yield beam.pvalue.TaggedOutput(READ_FILES, (source, path, part, item))
                     elif first_read is not None:
                         _check_unchanged(path, first_read, item)
                     continue
@@ -245,34 +299,46 @@ def _read_chunks(
     records: TableRecords,
     source: Source,
     path: str,
+    part: CsvRange,
     label_map: LabelMap | None,
     *,
     with_examples: bool,
     fingerprint: bool = False,
 ):
-    """One CSV file's batches of rows as (rows in the batch, TableChunk), in file order, and
-    the rows and the file that could not be read as ERRORS outputs (ErrorRecords); then the
-    file's CsvReceipt; last, with `fingerprint`, the read's FileFingerprint.
+    """The batches of rows of one CSV file (or of one range of it, `part`) as (rows in the
+    batch, TableChunk), in file order, and the rows and the file that could not be read as
+    ERRORS outputs (ErrorRecords); then the file's (or range's) CsvReceipt; last, with
+    `fingerprint`, the read's FileFingerprint.
 
     Raises:
-        InputIncomplete: the file cannot be read to its end.
+        InputIncomplete: the file cannot be read to its end (for a range: to the range's end).
+        InputChanged: a range does not hold what the splitting found there.
     """
     relative = relative_path(path, source.root)
     last_row = None
     rows = 0  # rows parsed (good or not)
+    opener = open_csv(path) if part.whole else open_csv_range(path, part.start, part.end)
     try:
-        with open_csv(path) as opened:
+        with opener as opened:
+            if not part.whole and opened.stored_size != part.stored_size:
+                raise _range_changed(path, part, f"its size is now {opened.stored_size:,} bytes")
             stream = FingerprintingStream(opened.stream) if fingerprint else opened.stream
             # The next block is parsed on a thread (pyarrow releases the GIL) while this one
             # is encoded.
             batches = ahead(
                 read_csv_batches(
-                    stream, records.schema, source_name=relative, block_size=_BLOCK_BYTES
+                    stream,
+                    records.schema,
+                    source_name=relative,
+                    block_size=_BLOCK_BYTES,
+                    part=part,
                 )
             )
             for item in batches:
                 if isinstance(item, CsvEnd):
-                    yield receipt_of(path, item, opened)
+                    if not part.whole and item.rows != part.rows:
+                        raise _range_changed(path, part, f"it now holds {item.rows:,} rows")
+                    yield receipt_of(path, item, opened, part)
                     continue
                 if isinstance(item, RowError):
                     last_row = item.row
@@ -296,9 +362,13 @@ def _read_chunks(
     except CsvReadFailure as failure:
         raise incomplete(path, failure, last_row) from None
     except InputError as error:
+        if not part.whole:  # the other ranges' rows are records: this one cannot be an error
+            raise _range_failed(path, part, error.message, last_row) from None
         yield read_error(path, None, error, after_row=last_row)
     except STORAGE_ERRORS as error:  # the file cannot be opened
         error = InputError("UnreadableCsv", f"cannot open it: {storage_reason(error)}")
+        if not part.whole:
+            raise _range_failed(path, part, error.message, last_row) from None
         yield read_error(path, None, error, after_row=last_row)
     else:
         if fingerprint:
@@ -362,6 +432,20 @@ class _PlaceTableFn(beam.DoFn):
     def finish_bundle(self):
         # Pieces are read back in a later stage, after this bundle is done.
         self._spill.close()
+
+
+def _range_changed(path: str, part: CsvRange, now: str) -> InputChanged:
+    return InputChanged(
+        f"{path} changed during the conversion ({part.describe()} held {part.rows:,} rows of a "
+        f"{part.stored_size:,}-byte file when it was split; {now}); nothing was written: "
+        "convert it again once it no longer changes"
+    )
+
+
+def _range_failed(path: str, part: CsvRange, reason: str, last_row: int | None):
+    """The run-ending error of a range of a file that could not be read (the file's other
+    ranges may have become records: it cannot be one error record, as a whole file can)."""
+    return incomplete(path, CsvReadFailure(reason, part.start, part.first_row - 1), last_row)
 
 
 def _check_unchanged(path: str, first: FileFingerprint, second: FileFingerprint) -> None:

@@ -46,7 +46,9 @@ class FileFingerprint:
 class FingerprintingStream:
     """A read-only binary stream that counts and checksums what is read through it.
 
-    It offers `readinto` only when the wrapped stream does (compressed streams do not).
+    It offers `readinto` and `read1` only when the wrapped stream does: a reader takes the
+    stream's own pieces where it has them (a cut gzip stream raises from a `read` that asked
+    for more than it had, losing what it had decompressed: core.tables.stream).
     """
 
     def __init__(self, stream: BinaryIO) -> None:
@@ -55,9 +57,16 @@ class FingerprintingStream:
         self.crc32c = 0
         if getattr(stream, "readinto", None) is not None:
             self.readinto = self._readinto
+        if getattr(stream, "read1", None) is not None:
+            self.read1 = self._read1
 
     def read(self, size: int = -1) -> bytes:
         data = self._stream.read(size)
+        self._add(data)
+        return data
+
+    def _read1(self, size: int = -1) -> bytes:
+        data = self._stream.read1(size)
         self._add(data)
         return data
 

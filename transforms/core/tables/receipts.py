@@ -3,7 +3,9 @@
 A CSV file's rows are counted only as they are read: a file that was never read, or not to
 its end, would lose rows without a trace. Each reader hands in a receipt per file (every byte
 of the stored file consumed, as many rows as the bytes hold, or the whole file quarantined as
-one error record), and the run commits only when every CSV file it listed has one.
+one error record), and the run commits only when every CSV file it listed has one. A file
+split into ranges (core.tables.ranges) has a receipt per range instead, and the ranges read
+must cover the file: from its first byte to its last, with no gap and no overlap.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ class CsvReceipt(NamedTuple):
             that cannot be opened): none of its rows are inputs.
         compressed: a gzip file, whose decompressor checks the text's length and CRC at its
             end; an uncompressed file's text is the stored bytes, so their counts must agree.
+        start: for a range of a file, the offset of its first byte (else 0).
+        end: for a range of a file, the offset just past its last byte; -1 for a whole file.
     """
 
     path: str
@@ -34,6 +38,8 @@ class CsvReceipt(NamedTuple):
     stored_size: int = -1
     quarantined: bool = False
     compressed: bool = False
+    start: int = 0
+    end: int = -1
 
     @property
     def read_bytes(self) -> int:
@@ -41,9 +47,15 @@ class CsvReceipt(NamedTuple):
         return self.stored_bytes if self.compressed else min(self.stored_bytes, self.num_bytes)
 
     @property
+    def is_range(self) -> bool:
+        return self.end >= 0
+
+    @property
     def complete(self) -> bool:
+        """Whether the file (or the range) was read to its end, or quarantined whole."""
+        size = self.end - self.start if self.is_range else self.stored_size
         return self.quarantined or (
-            self.rows >= 0 and self.stored_size >= 0 and self.read_bytes == self.stored_size
+            self.rows >= 0 and self.stored_size >= 0 and self.read_bytes == size
         )
 
 
@@ -85,6 +97,8 @@ def _problems(path: str, listed: int, receipts: Iterable[CsvReceipt]) -> list[st
         return [f"{path} was listed {listed} times"]
     if not receipts:
         return [f"{path} was listed but no reader reported reading it"]
+    if any(receipt.is_range for receipt in receipts):
+        return _range_problems(path, receipts)
     if len(receipts) > 1:
         return [f"{path} was read {len(receipts)} times"]
     (receipt,) = receipts
@@ -94,3 +108,34 @@ def _problems(path: str, listed: int, receipts: Iterable[CsvReceipt]) -> list[st
             f"{receipt.stored_size:,} bytes)"
         ]
     return []
+
+
+def _range_problems(path: str, receipts: list[CsvReceipt]) -> list[str]:
+    """What does not add up in the receipts of a file read in ranges."""
+    if not all(receipt.is_range for receipt in receipts):
+        return [f"{path} was read both whole and in ranges"]
+    sizes = {receipt.stored_size for receipt in receipts}
+    if len(sizes) > 1:
+        return [
+            f"{path} changed size while its ranges were read ({min(sizes):,} and {max(sizes):,})"
+        ]
+    (size,) = sizes
+    found, reached = [], 0
+    for receipt in sorted(receipts, key=lambda r: (r.start, r.end)):
+        if receipt.start > reached:
+            found.append(f"bytes {reached:,} to {receipt.start:,} were never read")
+        elif receipt.start < reached:
+            found.append(
+                f"bytes {receipt.start:,} to {min(reached, receipt.end):,} were read twice"
+            )
+        if not receipt.complete:
+            found.append(
+                f"the range of bytes {receipt.start:,} to {receipt.end:,} was not read to its end "
+                f"({receipt.read_bytes:,} of its {receipt.end - receipt.start:,} bytes)"
+            )
+        reached = max(reached, receipt.end)
+    if reached < size:
+        found.append(f"bytes {reached:,} to {size:,} were never read")
+    elif reached > size:
+        found.append(f"ranges reach byte {reached:,}, past its end ({size:,} bytes)")
+    return [f"{path}: " + "; ".join(found)] if found else []

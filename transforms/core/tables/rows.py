@@ -20,6 +20,7 @@ from recordforge.schemas.csv.cells import (
 )
 from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.tables.ranges import WHOLE, CsvRange
 from recordforge.transforms.core.tables.scan import LooseQuote
 from recordforge.transforms.core.tables.stream import (
     CsvReadFailure,
@@ -66,7 +67,8 @@ class RowError:
 
 @dataclass(frozen=True)
 class CsvEnd:
-    """The end of a CSV file, read to its last byte: the last item `read_csv_batches` yields.
+    """The end of a CSV file (or of a range of one), read to its last byte: the last item
+    `read_csv_batches` yields.
 
     Attributes:
         rows: the data rows read (good or not), as many as the scanner counted in the bytes.
@@ -104,14 +106,22 @@ class CellBatch:
 
 
 def read_csv_rows(
-    stream: BinaryIO, schema: CsvSchema, *, source_name: str, block_size: int = 1 << 20
+    stream: BinaryIO,
+    schema: CsvSchema,
+    *,
+    source_name: str,
+    block_size: int = 1 << 20,
+    part: CsvRange = WHOLE,
 ) -> Iterator[ParsedRow | RowError | CsvEnd]:
     """Read every data row of a CSV file, in file order, as ParsedRow or RowError, then CsvEnd.
 
     The row-by-row view of `read_csv_batches` (same arguments, same errors).
     """
     converter = _RowConverter(schema)
-    for item in read_csv_batches(stream, schema, source_name=source_name, block_size=block_size):
+    batches = read_csv_batches(
+        stream, schema, source_name=source_name, block_size=block_size, part=part
+    )
+    for item in batches:
         if isinstance(item, (RowError, CsvEnd)):
             yield item
             continue
@@ -128,7 +138,12 @@ def read_csv_rows(
 
 
 def read_csv_batches(
-    stream: BinaryIO, schema: CsvSchema, *, source_name: str, block_size: int = 1 << 20
+    stream: BinaryIO,
+    schema: CsvSchema,
+    *,
+    source_name: str,
+    block_size: int = 1 << 20,
+    part: CsvRange = WHOLE,
 ) -> Iterator[CellBatch | RowError | CsvEnd]:
     """Read every data row of a CSV file, in file order, as CellBatches (and RowErrors for the
     skipped rows after the last batch), then a CsvEnd.
@@ -143,6 +158,9 @@ def read_csv_batches(
         schema: the schema the file must follow.
         source_name: the file's name, for messages about the whole file.
         block_size: about how many bytes pyarrow parses at once.
+        part: the range of the file that `stream` holds (core.tables.ranges; by default the
+            whole file). A range after the header is read with the file's header, row numbers
+            and offsets, and gives the rows, errors and messages a whole reading gives there.
 
     Yields:
         The batches in file order. How rows are batched depends on `block_size`; the rows, their
@@ -159,6 +177,8 @@ def read_csv_batches(
     header = schema.expected_header
     invalid: deque[tuple[int, InputError]] = deque()
     unnumbered: list[InputError] = []
+    # pyarrow counts the header as record 1; in a range after it, records from 1 at its start.
+    number_shift = -1 if part.has_header else part.first_row - 1
 
     def on_invalid(row: pa_csv.InvalidRow) -> str:
         error = InputError(
@@ -166,17 +186,23 @@ def read_csv_batches(
             f"expected {row.expected_columns} fields, found {row.actual_columns}: "
             f"{short_repr(row.text, _ROW_TEXT_LIMIT)}",
         )
-        # pyarrow counts the header as record 1.
         if row.number is None:
             unnumbered.append(error)
         else:
-            invalid.append((row.number - 1, error))
+            invalid.append((row.number + number_shift, error))
         return "skip"
 
-    source = RecordStream(stream, delimiter=schema.delimiter, block_size=block_size)
+    start = None
+    if not part.has_header:
+        start = (part.start, part.first_row, part.previous, part.header_fields)
+    source = RecordStream(stream, delimiter=schema.delimiter, block_size=block_size, start=start)
     try:
         reader = open_text_reader(
-            source, header, delimiter=schema.delimiter, on_invalid_row=on_invalid
+            source,
+            header,
+            delimiter=schema.delimiter,
+            on_invalid_row=on_invalid,
+            headerless=not part.has_header,
         )
     except BaseException:
         source.stop()
@@ -187,7 +213,8 @@ def read_csv_batches(
             raise InputError(
                 "CsvHeaderMismatch", _header_mismatch(names, header, source_name, schema)
             )
-        yield from _batches(reader, source, _BatchConverter(schema, names), invalid, unnumbered)
+        converter = _BatchConverter(schema, names)
+        yield from _batches(reader, source, converter, invalid, unnumbered, part.first_row)
     finally:
         # Also when the caller stops early: pyarrow reads ahead on an IO thread.
         close_reader(reader, source)
@@ -199,9 +226,10 @@ def _batches(
     converter: _BatchConverter,
     invalid: deque[tuple[int, InputError]],
     unnumbered: list[InputError],
+    first_row: int,
 ) -> Iterator[CellBatch | RowError | CsvEnd]:
     """Convert batches and number their rows around the rows pyarrow skipped; then CsvEnd."""
-    row = 1
+    row = first_row
     loose = _LooseRows(source)
     while (batch := next_batch(reader, source)) is not None:
         size = batch.num_rows
@@ -236,7 +264,7 @@ def _batches(
         raise CsvReadFailure(
             f"pyarrow read {row - 1:,} rows where the file holds {counted:,}", source.returned
         )
-    yield CsvEnd(row - 1, source.stream_bytes)
+    yield CsvEnd(row - first_row, source.stream_bytes)
 
 
 class _LooseRows:

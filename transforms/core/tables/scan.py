@@ -66,10 +66,22 @@ class CsvScanner:
         self._in_quotes = False
         self._open_offset = -1  # where the open quoted field began
         self._open_row = -1
-        self._open_lines = 0
+        # Line breaks inside the open quoted field so far: \n and \r counted apart, so that the
+        # count does not depend on where the pieces fed were cut (see _lines).
+        self._open_lf = self._open_cr = 0
         self._previous = _START  # the last byte scanned
         self._held = b""  # a final quote, whose meaning depends on the byte after it
         self._bom_end = -1  # offset just past a UTF-8 byte order mark at the start
+
+    def start_at(self, offset: int, records: int, previous: int) -> None:
+        """Scan from `offset`, a record's start inside a file (see core.tables.ranges), as if
+        the bytes before it had been scanned: `records` records end before it (the header
+        included), `previous` is the line-break byte just before it. Offsets and row numbers
+        are then the file's, and no byte order mark is looked for."""
+        self.offset = self.boundary = offset
+        self.records = records
+        self._previous = previous
+        self._bom_end = 0  # offsets here are past the file's start: never a BOM's end
 
     @property
     def open_quote(self) -> tuple[int, int] | None:
@@ -148,10 +160,11 @@ class CsvScanner:
         if still_open:
             ends.append(len(data))
             if carried and len(starts) == 1:
-                self._open_lines += _line_breaks(data, 0, len(data))
+                self._add_line_breaks(data, 0, len(data))
             else:
                 self._open_offset, self._open_row = base + starts[-1], -1
-                self._open_lines = _line_breaks(data, starts[-1], len(data))
+                self._open_lf = self._open_cr = 0
+                self._add_line_breaks(data, starts[-1], len(data))
         self._in_quotes = still_open
         flat = np.empty(2 * len(starts), dtype=np.int64)
         flat[0::2], flat[1::2] = starts, ends
@@ -206,7 +219,8 @@ class CsvScanner:
                 if self._before(data, position, base) in (*delimiters, _START):
                     in_quotes = True
                     flat.append(position)
-                    self._open_offset, self._open_row, self._open_lines = base + position, -1, 0
+                    self._open_offset, self._open_row = base + position, -1
+                    self._open_lf = self._open_cr = 0
                 index += 1  # else a quote inside an unquoted field: text
                 continue
             if position + 1 < len(data):
@@ -219,15 +233,25 @@ class CsvScanner:
             in_quotes = False
             start = flat[-1]
             flat.append(position)
-            self._open_lines += _line_breaks(data, start, position)
-            if following not in (*delimiters, None) and self._open_lines:
-                self.loose.append(LooseQuote(self._open_row, self._open_offset, self._open_lines))
+            self._add_line_breaks(data, start, position)
+            if following not in (*delimiters, None) and self._lines:
+                self.loose.append(LooseQuote(self._open_row, self._open_offset, self._lines))
             index += 1
         if in_quotes:
-            self._open_lines += _line_breaks(data, flat[-1], len(data))
+            self._add_line_breaks(data, flat[-1], len(data))
             flat.append(len(data))
         self._in_quotes = in_quotes
         return np.array(flat, dtype=np.int64)
+
+    def _add_line_breaks(self, data: bytes, start: int, end: int) -> None:
+        self._open_lf += data.count(b"\n", start, end)
+        self._open_cr += data.count(b"\r", start, end)
+
+    @property
+    def _lines(self) -> int:
+        """The lines the open quoted field spans so far: its \n, or its \r when it has none
+        (whatever pieces its bytes came in: the reader's blocks, or a range's)."""
+        return self._open_lf or self._open_cr
 
     def _count_records(
         self, data: bytes, arr: np.ndarray | None, base: int, bounds: np.ndarray | None
@@ -247,7 +271,9 @@ class CsvScanner:
                 self.boundary = base + data.rfind(b"\n") + 1
                 return
             arr = np.frombuffer(data, dtype=np.uint8)
-        ends = np.flatnonzero((arr == _LF) | (arr == _CR))
+        # Most files have no \r: one comparison pass over the bytes instead of three.
+        line_ends = (arr == _LF) | (arr == _CR) if b"\r" in data else arr == _LF
+        ends = np.flatnonzero(line_ends)
         if bounds is not None and len(bounds) and len(ends):
             outside = np.searchsorted(bounds, ends, side="right") % 2 == 0
             ends = ends[outside]
@@ -273,10 +299,6 @@ class CsvScanner:
         if self._in_quotes and self._open_row < 0:
             offset = self._open_offset - base
             self._open_row = self.records + int(np.searchsorted(record_ends, max(offset, 0)))
-
-
-def _line_breaks(data: bytes, start: int, end: int) -> int:
-    return data.count(b"\n", start, end) or data.count(b"\r", start, end)
 
 
 def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarray:
@@ -315,11 +337,18 @@ def record_fields(data: bytes, delimiter: str, *, file_start: bool) -> np.ndarra
 def header_fields(data: bytes, delimiter: str, *, file_start: bool) -> int:
     """The number of fields in the first record of `data` (see record_fields); 0 when `data`
     holds no whole record (only empty lines)."""
+    first = first_record(data, delimiter, file_start=file_start)
+    return first[1] if first else 0
+
+
+def first_record(data: bytes, delimiter: str, *, file_start: bool) -> tuple[int, int] | None:
+    """(offset of the line break that ends the first record of `data`, its number of fields),
+    or None when `data` holds no whole record (see record_fields)."""
     size = 4096
     while True:
         records = record_fields(data[:size], delimiter, file_start=file_start)
         if len(records) or size >= len(data):
-            return int(records[0, 2]) if len(records) else 0
+            return (int(records[0, 1]), int(records[0, 2])) if len(records) else None
         size *= 4
 
 

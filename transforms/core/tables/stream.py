@@ -78,15 +78,24 @@ class RecordStream:
         delimiter: str = ",",
         block_size: int = 1 << 20,
         max_record_bytes: int = MAX_RECORD_BYTES,
+        start: tuple[int, int, int, int] | None = None,
     ) -> None:
         self._stream = stream
         self.scanner = CsvScanner(delimiter)
         self._block = max(block_size, 1)
         self._limit = max_record_bytes
         self._pending = bytearray()  # read and scanned, not returned yet
-        self._returned = 0  # bytes returned so far
+        self._returned = 0  # bytes returned so far (the file's offset of the next byte)
         self._added = 0  # the final newline added, if one was
         self._header_fields: int | None = None  # fields in the file's first record
+        self.start_offset = 0
+        if start is not None:
+            # A range of a file after its header (core.tables.ranges): offsets, record counts
+            # and the header's field count are the file's, as if read from its start.
+            offset, records, previous, header_fields = start
+            self.scanner.start_at(offset, records, previous)
+            self._returned = self.start_offset = offset
+            self._header_fields = header_fields
         self._aligned = True  # the next read starts where a record starts
         self._eof = False
         self.failure: CsvReadFailure | None = None
@@ -125,7 +134,7 @@ class RecordStream:
     @property
     def stream_bytes(self) -> int:
         """Bytes read from the stream so far (without the final newline added)."""
-        return self.scanner.offset - self._added
+        return self.scanner.offset - self._added - self.start_offset
 
     @property
     def complete(self) -> bool:
@@ -221,23 +230,7 @@ class RecordStream:
             )
 
     def _read_raw(self, size: int) -> tuple[bytes, BaseException | None]:
-        """Up to `size` bytes of the stream (b"" at its end), and the error that stopped it.
-
-        Read in the stream's own pieces (`read1`) where it has them: a gzip stream cut short
-        raises from a `read` that asked for more, losing what it had decompressed before.
-        """
-        read_piece = getattr(self._stream, "read1", None) or self._stream.read
-        pieces, got = [], 0
-        try:
-            while got < size:
-                piece = read_piece(size - got)
-                if not piece:
-                    break
-                pieces.append(piece)
-                got += len(piece)
-        except Exception as error:  # noqa: BLE001  (any failure of the stream stops the file)
-            return b"".join(pieces), error
-        return b"".join(pieces), None
+        return read_stream_piece(self._stream, size)
 
     def _fail(self, reason: str, offset: int | None = None, rows: int | None = None) -> None:
         if offset is None:
@@ -246,6 +239,26 @@ class RecordStream:
             rows = max(self.scanner.records - 1, 0)  # whole rows in what was read
         self.failure = CsvReadFailure(reason, offset, rows)
         raise self.failure
+
+
+def read_stream_piece(stream: BinaryIO, size: int) -> tuple[bytes, BaseException | None]:
+    """Up to `size` bytes of `stream` (b"" at its end), and the error that stopped it.
+
+    Read in the stream's own pieces (`read1`) where it has them: a gzip stream cut short
+    raises from a `read` that asked for more, losing what it had decompressed before.
+    """
+    read_piece = getattr(stream, "read1", None) or stream.read
+    pieces, got = [], 0
+    try:
+        while got < size:
+            piece = read_piece(size - got)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+    except Exception as error:  # noqa: BLE001  (any failure of the stream stops the file)
+        return b"".join(pieces), error
+    return b"".join(pieces), None
 
 
 def _read_error_reason(error: BaseException) -> str:
@@ -328,12 +341,15 @@ def open_text_reader(
     *,
     delimiter: str,
     on_invalid_row: Callable[[pa_csv.InvalidRow], str],
+    headerless: bool = False,
 ) -> pa_csv.CSVStreamingReader:
     """Open a streaming reader that reads every named column as raw, never-null bytes.
 
     Rows with the wrong number of fields go to `on_invalid_row`. Without threads, pyarrow
     reports them in file order, each while parsing its block, so before the batch holding the
-    rows after it.
+    rows after it. `headerless`: the source starts after the header (a range of a file), and
+    `names` are its columns; pyarrow then numbers the invalid rows from 1 at the source's
+    start, where it numbers the header 1 otherwise.
 
     Raises:
         InputError: kind "UnreadableCsv" when pyarrow cannot parse the start of the file.
@@ -342,7 +358,9 @@ def open_text_reader(
         return pa_csv.open_csv(
             source,
             read_options=pa_csv.ReadOptions(
-                block_size=source.pyarrow_block_size, use_threads=False
+                block_size=source.pyarrow_block_size,
+                use_threads=False,
+                column_names=list(names) if headerless else None,
             ),
             parse_options=_parse_options(delimiter, on_invalid_row),
             convert_options=_text_convert_options(names),

@@ -1,0 +1,85 @@
+"""How many worker processes a local conversion uses when the user does not say (`--workers`).
+
+One process is faster on small inputs: a second one costs a fork server importing Beam and a
+round trip to every worker at each of the pipeline's stages, which only enough payload work
+pays for (docs/performance.md, "The default"). So a conversion of local images uses one worker
+process per `BYTES_PER_WORKER` of input, as many as the cores this process may run on, and
+this process alone below two. CSV tables stay in this process: the measured multi-process runs
+were slower on them. Remote inputs (gs://) stay too: their size is not known without listing
+them, which is the pipeline's first stage.
+
+The choice changes no output byte: the same DoFns run on the same elements either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from recordforge.transforms.core.files.filenames import to_os
+from recordforge.transforms.core.files.walk import FILE, walk_pattern
+from recordforge.transforms.core.planning.sharding import human_size
+from recordforge.transforms.core.records import Source
+
+# Input bytes per worker process: below twice this, one process is faster (docs/performance.md).
+BYTES_PER_WORKER = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class LocalWorkers:
+    """The choice: `count` processes (1: this process alone) and why, in words."""
+
+    count: int
+    reason: str
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def choose_local_workers(sources: Sequence[Source], cores: int | None = None) -> LocalWorkers:
+    """The worker processes for a local conversion of `sources` on `cores` cores."""
+    cores = usable_cores() if cores is None else cores
+    if cores < 2:
+        return LocalWorkers(1, "one core")
+    if any(source.kind != "images" for source in sources):
+        return LocalWorkers(1, "CSV tables convert fastest in one process")
+    if any("://" in source.pattern for source in sources):
+        return LocalWorkers(1, "remote inputs")
+    wanted = cores * BYTES_PER_WORKER
+    found = input_bytes(sources, up_to=wanted)
+    count = min(cores, found // BYTES_PER_WORKER)
+    if count < 2:
+        return LocalWorkers(1, f"{human_size(found)} of input")
+    size = f"{human_size(found)} or more" if found >= wanted else human_size(found)
+    return LocalWorkers(count, f"{size} of input, {cores} cores")
+
+
+def input_bytes(sources: Sequence[Source], up_to: int) -> int:
+    """The bytes of the files the sources name, counted until `up_to` is reached (the count
+    then stops: a large folder is not listed twice in full). It walks as the conversion's
+    listing does (core.files.walk: hidden files left out, folder links not followed, so link
+    loops end); files that vanish or cannot be read are skipped."""
+    total = 0
+    for source in sources:
+        for entry in walk_pattern(source.pattern):
+            if entry.kind != FILE:
+                continue
+            try:
+                total += os.stat(to_os(entry.path)).st_size
+            except OSError:
+                continue
+            if total >= up_to:
+                return total
+    return total
+
+
+def chosen_in_words(workers: LocalWorkers) -> str:
+    """How the summary says the choice was made."""
+    if workers.count == 1:
+        return f"chosen for {workers.reason}; --workers N runs N worker processes"
+    return f"chosen for {workers.reason}; --workers 1 runs in this process"
