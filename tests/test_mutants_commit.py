@@ -23,6 +23,7 @@ import uuid
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.localfilesystem import LocalFileSystem
 from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
 from gcs_traffic import storage_proxy
 from test_commit import NEW, NEW_FILES, OLD, _contents, _manifest, _stage_new, _write_old
@@ -555,3 +556,90 @@ def test_an_object_store_folder_exists_when_an_object_is_under_it(gcs):
     assert staging_module.folder_exists(f"gs://{bucket}/{folder}/") is True
     assert staging_module.folder_exists(f"gs://{bucket}/{folder}/deep") is True
     assert staging_module.folder_exists(f"gs://{bucket}/{folder[:-1]}") is False
+
+
+# --- the lock on another object store (checked, then written, through Beam's FileSystems) ------
+
+
+class _PrefixedLocalFileSystem(LocalFileSystem):
+    """A Beam filesystem for `rftestfs://` paths, kept in a local folder (`root`): what the lock
+    does on a store without conditional writes (s3://, ...), without one. Beam finds it by its
+    scheme among FileSystem's subclasses; no other test uses that scheme."""
+
+    root = ""
+    # Object stores report a missing object as an error of their own, not FileNotFoundError.
+    missing_as_beam_error = False
+
+    @classmethod
+    def scheme(cls):
+        return "rftestfs"
+
+    def _local(self, path: str) -> str:
+        if not path.startswith("rftestfs://"):
+            return path  # already translated (delete matches what it deletes)
+        return os.path.join(self.root, path[len("rftestfs://") :])
+
+    def create(self, path, *args, **kwargs):
+        os.makedirs(os.path.dirname(self._local(path)), exist_ok=True)
+        return super().create(self._local(path), *args, **kwargs)
+
+    def open(self, path, *args, **kwargs):
+        if self.missing_as_beam_error and not os.path.lexists(self._local(path)):
+            raise BeamIOError("Not found", {path: OSError(f"404 {path}")})
+        return super().open(self._local(path), *args, **kwargs)
+
+    def exists(self, path):
+        return super().exists(self._local(path))
+
+    def delete(self, paths):
+        return super().delete([self._local(path) for path in paths])
+
+    def match(self, patterns, limits=None):
+        return super().match([self._local(pattern) for pattern in patterns], limits)
+
+
+def test_a_lock_on_a_store_without_conditional_writes(tmp_path, monkeypatch):
+    monkeypatch.setattr(_PrefixedLocalFileSystem, "root", str(tmp_path))
+    lock = "rftestfs://bucket/out/.recordforge-lock"
+    local = tmp_path / "bucket/out/.recordforge-lock"
+    assert read_lock(lock) is None
+    mine = LockHolder.this_process("run-a")
+    assert acquire_lock(lock, mine) is None
+    assert local.read_bytes() == mine.to_bytes()
+    with pytest.raises(LockHeld) as raised:
+        acquire_lock(lock, LockHolder.this_process("run-b"))
+    assert raised.value.holder == mine
+    assert local.read_bytes() == mine.to_bytes()  # checked, not overwritten
+    holder, token, age = lock_module._FileLock(lock).read()
+    # A store gives no age: an unreadable lock there is taken as past its grace.
+    assert (holder, token, age) == (mine, mine.to_bytes(), lock_module._UNREADABLE_GRACE_SECONDS)
+    release_lock(lock, "run-b")  # not its holder: left alone
+    assert local.read_bytes() == mine.to_bytes()
+    release_lock(lock, "run-a")
+    assert not local.exists() and read_lock(lock) is None
+    dead = LockHolder("run-dead", socket.gethostname(), _dead_pid(), "x")
+    local.write_bytes(dead.to_bytes())
+    assert acquire_lock(lock, LockHolder.this_process("run-c")) == dead
+    assert read_lock(lock).run_id == "run-c"
+    # Unreadable: on a store its age is unknown, taken as past the grace: taken over.
+    local.write_bytes(b"\xff")
+    assert acquire_lock(lock, LockHolder.this_process("run-d")) is None
+    assert read_lock(lock).run_id == "run-d"
+
+
+def test_a_lock_on_a_store_that_fails_to_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(_PrefixedLocalFileSystem, "root", str(tmp_path))
+    lock = "rftestfs://bucket/out/.recordforge-lock"
+    local = tmp_path / "bucket/out/.recordforge-lock"
+    local.mkdir(parents=True)  # there, but unreadable: an error, not a free lock
+    with pytest.raises(OSError):
+        read_lock(lock)
+    with pytest.raises(OSError):
+        acquire_lock(lock, LockHolder.this_process("run-a"))
+    local.rmdir()
+    # A store's error for a lock that is not there (or was deleted meanwhile): no lock.
+    monkeypatch.setattr(_PrefixedLocalFileSystem, "missing_as_beam_error", True)
+    assert read_lock(lock) is None
+    release_lock(lock, "run-a")
+    assert acquire_lock(lock, LockHolder.this_process("run-a")) is None
+    assert read_lock(lock).run_id == "run-a"
