@@ -6,8 +6,11 @@ media download (`alt=media`) it records the object and the body's length, so a t
 much of a file a run actually fetched. The emulator ignores generation preconditions
 (`ifGenerationMatch`), which Cloud Storage enforces and recordforge's lock relies on: with
 `preconditions`, the proxy checks them itself, as Cloud Storage documents (0: the object must
-not exist; N: its generation must be N; otherwise 412 Precondition Failed). And `Faults` makes it
-answer chosen requests with an error, as an overloaded or failing service would.
+not exist; N: its generation must be N; otherwise 412 Precondition Failed), and adds to each media
+download the `X-Goog-Generation` header Cloud Storage sends and the emulator does not (the client
+library takes a downloaded blob's generation from it, and without it the lock's conditional
+delete became unconditional). And `Faults` makes it answer chosen requests with an error, as an
+overloaded or failing service would.
 """
 
 from __future__ import annotations
@@ -193,6 +196,15 @@ def _handler(upstream: tuple[str, int], downloads: Downloads, faults: Faults, pr
             for key, value in response.getheaders():
                 if key.lower() not in _HOP_BY_HOP:
                     self.send_header(key, value)
+            if (
+                preconditions
+                and obj is not None
+                and self.command == "GET"
+                and response.status in (200, 206)
+                and response.getheader("X-Goog-Generation") is None
+            ):
+                bucket, name = obj.split("/", 1)
+                self.send_header("X-Goog-Generation", str(_generation(upstream, bucket, name)))
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import uuid
 
+import google_crc32c
 import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
@@ -347,6 +348,111 @@ def test_recover_without_a_journal_finishes_nothing(tmp_path):
     assert recover(swap_staging(str(tmp_path / "out"))) is None
 
 
+# --- the journal as written: a later run (or version) finishes it from these fields ----------
+
+
+def _killed(*args):
+    raise Killed
+
+
+def test_a_swap_journal_on_disk(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    _write_old(out)
+    staging = swap_staging(str(out))
+    files, documents = _stage_new(staging, tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(swap, "exchange", _killed)
+        with pytest.raises(Killed):
+            commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+    manifest = documents[-1][1]
+    assert json.loads(pathlib.Path(staging.journal).read_bytes()) == {
+        "format_version": 1,
+        "run_id": "r1",
+        "run_key": "k1",
+        "mode": "swap",
+        "manifest": "dataset_info.json",
+        "digest": {"bytes": len(manifest), "crc32c": google_crc32c.value(manifest)},
+        "old_files": sorted([*OLD, "dataset_info.json"]),
+        "target": os.path.realpath(out),
+    }
+
+
+def test_a_journal_commits_journal_on_disk(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    _write_old(out)
+    staging = journal_staging(str(out))
+    files, documents = _stage_new(staging, tmp_path)
+    with monkeypatch.context() as patch:
+        patch.setattr(staging_module, "roll_forward", _killed)
+        with pytest.raises(Killed):
+            commit(staging, run_id="r2", run_key="k2", files=files, documents=documents)
+    manifest = documents[-1][1]
+    assert json.loads((out / ".recordforge-commit.json").read_bytes()) == {
+        "format_version": 1,
+        "run_id": "r2",
+        "run_key": "k2",
+        "mode": "journal",
+        "manifest": "dataset_info.json",
+        "digest": {"bytes": len(manifest), "crc32c": google_crc32c.value(manifest)},
+        "old_files": sorted([*OLD, "dataset_info.json"]),
+        "files": [[source, name] for source, name in files],
+        "documents": [[f"{staging.dataset}/dataset_info.json", "dataset_info.json"]],
+    }
+
+
+def test_a_journal_whose_manifest_is_in_place_is_only_cleanup(tmp_path, monkeypatch):
+    """Once the manifest is in place the new dataset is complete: finishing the journal deletes
+    it and the working folder, and touches nothing in the output (docs/design.md)."""
+    out = tmp_path / "out"
+    _write_old(out)
+    staging = journal_staging(str(out))
+    files, documents = _stage_new(staging, tmp_path)
+    delete_if_there = staging_module._delete_if_there
+
+    def killed_at_the_journal(paths):
+        paths = list(paths)
+        if paths == [staging.journal]:
+            raise Killed
+        delete_if_there(paths)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(staging_module, "_delete_if_there", killed_at_the_journal)
+        with pytest.raises(Killed):
+            commit(staging, run_id="r3", run_key="k3", files=files, documents=documents)
+    assert _contents(out) == NEW_FILES and os.path.exists(staging.journal)
+    assert staging_module.interrupted_commit(str(out)) is None  # readers read
+    # A file put in the output since, under a name the old dataset had: not the commit's to delete.
+    old_name = sorted(OLD)[0]
+    (out / old_name).write_bytes(b"someone's")
+    monkeypatch.chdir(tmp_path)  # a manifest path taken relative to it finds nothing
+    assert recover(journal_staging(str(out)))["run_id"] == "r3"
+    assert _contents(out) == {**NEW_FILES, old_name: b"someone's"}
+    assert not os.path.exists(staging.journal) and not os.path.exists(staging.work)
+
+
+def test_a_working_folder_that_cannot_be_removed_does_not_fail_a_done_swap(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    _write_old(out)
+    staging = swap_staging(str(out))
+    files, documents = _stage_new(staging, tmp_path)
+    stuck = pathlib.Path(staging.spill) / "stuck"
+    stuck.parent.mkdir(parents=True)
+    stuck.write_bytes(b"x")
+    unlink = os.unlink
+
+    def refused(path, *args, **kwargs):
+        if os.path.basename(path) == "stuck":
+            raise PermissionError(13, "Permission denied", path)
+        return unlink(path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "unlink", refused)
+        commit(staging, run_id="r4", run_key="k4", files=files, documents=documents)
+    assert _contents(out) == NEW_FILES  # committed; the leftover stays where it was
+    assert stuck.read_bytes() == b"x"
+    assert not os.path.exists(staging.journal)
+
+
 # --- the lock ---------------------------------------------------------------------------------
 
 
@@ -421,6 +527,17 @@ def test_a_holder_of_another_user_is_alive(monkeypatch):
 
     monkeypatch.setattr(lock_module.os, "kill", not_permitted)
     assert not LockHolder("r", socket.gethostname(), 12345, "x").is_stale()
+
+
+def test_judging_a_live_holder_sends_it_no_signal():
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not LockHolder("r", socket.gethostname(), process.pid, "x").is_stale()
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=1)  # still running: not hung up on, not killed
+    finally:
+        process.kill()
+        process.wait()
 
 
 def test_a_lock_released_meanwhile_is_taken(tmp_path, monkeypatch):
@@ -541,6 +658,44 @@ def test_a_gs_lock_object_is_created_once_read_and_removed(gcs):
     assert store.remove(generation) is False  # gone
 
 
+def test_a_gs_lock_taken_meanwhile_is_not_released(gcs, monkeypatch):
+    """A release deletes the lock it read, never one another run wrote since."""
+    emulator, bucket = gcs
+    name = f"out-{uuid.uuid4().hex[:6]}/.recordforge-lock"
+    lock = f"gs://{bucket}/{name}"
+    blob = emulator.client().bucket(bucket).blob(name)
+    assert acquire_lock(lock, LockHolder.this_process("run-a")) is None
+    theirs = LockHolder.this_process("run-b")
+    parse = lock_module._parse
+
+    def replaced_after_reading(data):
+        blob.upload_from_string(theirs.to_bytes())  # run-b's, written between read and delete
+        monkeypatch.setattr(lock_module, "_parse", parse)
+        return parse(data)
+
+    monkeypatch.setattr(lock_module, "_parse", replaced_after_reading)
+    release_lock(lock, "run-a")
+    assert read_lock(lock) == theirs
+    blob.delete()
+
+
+def test_an_unreadable_gs_lock_past_its_grace_is_taken_over(gcs, monkeypatch):
+    emulator, bucket = gcs
+    name = f"out-{uuid.uuid4().hex[:6]}/.recordforge-lock"
+    lock = f"gs://{bucket}/{name}"
+    blob = emulator.client().bucket(bucket).blob(name)
+    blob.upload_from_string(b"\xff")
+    blob.reload()
+    written = blob.updated.timestamp()
+    monkeypatch.setattr(lock_module.time, "time", lambda: written + 29.9)
+    with pytest.raises(LockHeld, match="a run that is starting"):
+        acquire_lock(lock, LockHolder.this_process("run-a"))
+    monkeypatch.setattr(lock_module.time, "time", lambda: written + 30)
+    assert acquire_lock(lock, LockHolder.this_process("run-a")) is None
+    assert read_lock(lock).run_id == "run-a"
+    blob.delete()
+
+
 def test_a_local_folder_exists_only_as_a_folder(tmp_path):
     (tmp_path / "file").write_bytes(b"x")
     assert staging_module.folder_exists(str(tmp_path)) is True
@@ -556,6 +711,10 @@ def test_an_object_store_folder_exists_when_an_object_is_under_it(gcs):
     assert staging_module.folder_exists(f"gs://{bucket}/{folder}/") is True
     assert staging_module.folder_exists(f"gs://{bucket}/{folder}/deep") is True
     assert staging_module.folder_exists(f"gs://{bucket}/{folder[:-1]}") is False
+    # Only the slashes at its end are dropped: a folder named ...X is not ... .
+    emulator.client().bucket(bucket).blob(f"{folder}X/x").upload_from_string(b"x")
+    assert staging_module.folder_exists(f"gs://{bucket}/{folder}X") is True
+    assert staging_module.folder_exists(f"gs://{bucket}/{folder}XX") is False
 
 
 # --- the lock on another object store (checked, then written, through Beam's FileSystems) ------
