@@ -693,13 +693,14 @@ def gif(*blocks: bytes, screen: tuple[int, int] = (8, 8)) -> bytes:
     return struct.pack("<6sHHBBB", b"GIF89a", *screen, 0, 0, 0) + b"".join(blocks)
 
 
-def image_block(left=0, top=0, width=2, height=2, flags=0, table=b"") -> bytes:
-    return (
-        b"\x2c"
-        + struct.pack("<4HB", left, top, width, height, flags)
-        + table
-        + b"\x02\x02\x44\x01\x00"
-    )
+# Pixel data: 4 pixels of index 0 as Pillow writes them (LZW code size 8), and a shorter stream
+# that the block walk accepts but that decodes to less than 4 pixels.
+PIXELS_2X2 = b"\x08\x06\x00\x01\x08\x04\x10\x10\x00"
+SHORT_PIXELS = b"\x02\x02\x44\x01\x00"
+
+
+def image_block(left=0, top=0, width=2, height=2, flags=0, table=b"", pixels=SHORT_PIXELS):
+    return b"\x2c" + struct.pack("<4HB", left, top, width, height, flags) + table + pixels
 
 
 def test_gif_blocks_before_the_first_image_in_words():
@@ -899,3 +900,27 @@ def test_the_orientation_is_read_only_when_asked():
     assert probe_image(io.BytesIO(data), len(data)).orientation == 1
     assert probe_image_bytes(data, orientation=True).orientation == 6
     assert probe_image(io.BytesIO(data), len(data), orientation=True).orientation == 6
+
+
+def test_a_gif_frame_pillow_refuses_to_size_is_a_bomb_in_words():
+    """Past Pillow's own limit (twice Image.MAX_IMAGE_PIXELS), which a caller's max_pixels may
+    exceed: Pillow refuses to grow the image to a later frame's extent, before decoding it."""
+    data = gif(
+        image_block(pixels=PIXELS_2X2),
+        image_block(0, 0, 15000, 15000, pixels=PIXELS_2X2),
+        b"\x3b",
+        screen=(2, 2),
+    )
+    assert 15000 * 15000 > 2 * Image.MAX_IMAGE_PIXELS
+    assert probe_image_bytes(data, max_pixels=300_000_000) == ImageFacts("gif", 15000, 15000, 3)
+    with pytest.raises(InputError) as raised:
+        decode_image_bytes(data, max_pixels=300_000_000)
+    assert raised.value.kind == "DecompressionBomb"
+    assert raised.value.message.startswith(
+        "the GIF file has a frame too large to decode: Image size (225000000 pixels) exceeds limit"
+    )
+
+
+def test_a_full_decode_does_not_read_the_orientation():
+    data = encode(rgb(), "JPEG", exif=exif_turned(6))
+    assert decode_image_bytes(data) == ImageFacts("jpeg", WIDTH, HEIGHT, 3, 1)
