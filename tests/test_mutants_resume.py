@@ -362,6 +362,60 @@ def test_ledgers_merge_their_listings_and_receipts():
     assert again.problems() == ["x.csv was read 2 times"]
 
 
+def piece(start, end, read=None, size=100, path="a.csv") -> tuple:
+    """A receipt of the range [start, end) of a file of `size` bytes, `read` of its bytes read."""
+    done = end - start if read is None else read
+    return ("read", CsvReceipt(path, 1, done, done, size, start=start, end=end))
+
+
+def range_problems(*pieces) -> list[str]:
+    return ledger(("listed", "a.csv"), *pieces).problems()
+
+
+def test_a_file_read_in_ranges_that_cover_it_exactly_has_no_problems():
+    assert range_problems(piece(40, 100), piece(0, 40)) == []  # handed in any order
+    assert range_problems(piece(0, 100)) == []
+    # An empty file as two empty ranges: they overlap no byte (not "read 2 times").
+    assert range_problems(piece(0, 0, size=0), piece(0, 0, size=0)) == []
+    assert CsvReceipt("a.csv", start=0, end=0).is_range and not CsvReceipt("a.csv").is_range
+
+
+@pytest.mark.parametrize(
+    ("pieces", "sentence"),
+    [
+        ([piece(0, 40), piece(50, 100)], "bytes 40 to 50 were never read"),
+        ([piece(10, 100)], "bytes 0 to 10 were never read"),
+        ([piece(0, 60), piece(50, 100)], "bytes 50 to 60 were read twice"),
+        ([piece(0, 100), piece(20, 30)], "bytes 20 to 30 were read twice"),
+        ([piece(0, 40), piece(40, 60)], "bytes 60 to 100 were never read"),
+        ([piece(0, 120)], "ranges reach byte 120, past its end (100 bytes)"),
+        (
+            [piece(0, 40, read=30), piece(40, 100)],
+            "the range of bytes 0 to 40 was not read to its end (30 of its 40 bytes)",
+        ),
+        (
+            [piece(0, 4_000, read=1_500, size=2_000_000), piece(5_000, 2_000_000, size=2_000_000)],
+            "the range of bytes 0 to 4,000 was not read to its end (1,500 of its 4,000 bytes); "
+            "bytes 4,000 to 5,000 were never read",
+        ),
+    ],
+)
+def test_what_does_not_add_up_in_the_ranges_of_a_file(pieces, sentence):
+    assert range_problems(*pieces) == [f"a.csv: {sentence}"]
+
+
+def test_a_file_read_both_whole_and_in_ranges_or_changing_size_is_named():
+    assert range_problems(read("a.csv", stored=100, size=100), piece(0, 100)) == [
+        "a.csv was read both whole and in ranges"
+    ]
+    assert range_problems(piece(0, 40, size=90), piece(40, 100)) == [
+        "a.csv changed size while its ranges were read (90 and 100)"
+    ]
+    assert range_problems(piece(0, 40, size=1_000_000), piece(40, 100, size=2_000_000)) == [
+        "a.csv changed size while its ranges were read (1,000,000 and 2,000,000)"
+    ]
+
+
 # --- the directory exchange ---------------------------------------------------------------
 
 
