@@ -394,6 +394,10 @@ def test_a_file_read_in_ranges_that_cover_it_exactly_has_no_problems():
             "the range of bytes 0 to 40 was not read to its end (30 of its 40 bytes)",
         ),
         (
+            [piece(0, 40), piece(40, 100, read=50)],
+            "the range of bytes 40 to 100 was not read to its end (50 of its 60 bytes)",
+        ),
+        (
             [piece(0, 4_000, read=1_500, size=2_000_000), piece(5_000, 2_000_000, size=2_000_000)],
             "the range of bytes 0 to 4,000 was not read to its end (1,500 of its 4,000 bytes); "
             "bytes 4,000 to 5,000 were never read",
