@@ -5,6 +5,8 @@ with only references in the shuffle."""
 from __future__ import annotations
 
 import collections
+import io
+import pathlib
 
 import apache_beam as beam
 import pyarrow as pa
@@ -169,3 +171,61 @@ def test_place_table_places_what_the_one_pass_path_placed(tmp_path):
         errors = sized["errors"] | beam.combiners.Count.Globally()
         assert_that(errors, equal_to([7]), label="BadRowsReportedOnce")
     assert any(spill_dir.iterdir())
+
+
+def test_a_failed_bundles_spill_file_is_deleted_not_left_to_be_closed_later(tmp_path):
+    with SpillWriter(str(tmp_path)) as spill:
+        kept = spill.add(_batch(0, 10))
+    with pytest.raises(ValueError), SpillWriter(str(tmp_path)) as spill:
+        spill.add(_batch(0, 10))
+        raise ValueError("the bundle failed")
+    assert sorted(tmp_path.iterdir()) == [pathlib.Path(kept.path)]
+    spill = SpillWriter(str(tmp_path))
+    spill.add(_batch(0, 10))
+    spill.discard()
+    spill.discard()  # again: nothing to do
+    assert sorted(tmp_path.iterdir()) == [pathlib.Path(kept.path)]
+
+
+class _FailingPartWay(io.BytesIO):
+    """A file whose reading fails (as a store's connection does) before its last bytes."""
+
+    def __init__(self, data: bytes, fail_at: int | None) -> None:
+        super().__init__(data)
+        self._fail_at = fail_at
+
+    def read(self, size=-1):
+        if self._fail_at is not None and self.tell() + max(size, 1) > self._fail_at:
+            raise OSError("connection reset")
+        return super().read(size)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_tfrecord_file_failing_part_way_leaves_no_spill_file(tmp_path, monkeypatch, fails):
+    # One block of records is parked (a spill file written) before the read fails; left open,
+    # that file would be completed whenever the garbage collector closed it (on gs://: an
+    # object in the working folder after the failed run had removed it).
+    from recordforge.schemas.codec import build_example, serialize
+    from recordforge.transforms import examples
+    from recordforge.transforms.core.tfrecord.framing import frame_record
+    from recordforge.transforms.core.tfrecord.inputs import TFRecordInput
+    from recordforge.transforms.core.tfrecord.serialized import BLOCK_RECORDS
+
+    record = frame_record(serialize(build_example({"id": ("int64", [7])})))
+    data = record * (BLOCK_RECORDS + 100)
+    monkeypatch.setattr(
+        examples, "open_file", lambda _: _FailingPartWay(data, len(data) - 50 if fails else None)
+    )
+    config = examples.ExamplesConfig(output=str(tmp_path / "out"), name="data")
+    reader = examples._ReadTFRecordFilesFn(config)
+    reader.setup()
+    outputs = reader.process(TFRecordInput(str(tmp_path / "in.tfrecord"), None, 0))
+    spill = pathlib.Path(config.spill_dir)
+    if fails:
+        with pytest.raises(examples.InputIncomplete, match="cannot be read to its end"):
+            list(outputs)
+        assert not spill.exists() or not any(spill.iterdir())
+    else:
+        blocks = [o.value for o in outputs if getattr(o, "tag", None) == examples.BLOCKS]
+        assert sum(block.rows for block in blocks) == BLOCK_RECORDS + 100
+        assert len(list(spill.iterdir())) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import types
 
 import apache_beam as beam
@@ -318,3 +319,57 @@ def test_write_shard_frames_local_images_and_quarantines_vanished_or_changed_one
         assert f.read() == b"".join(expected)
     with open(index) as f:
         assert f.read() == f"0 {len(expected[0])}\n{len(expected[0])} {len(expected[1])}\n"
+
+
+def test_the_writer_checks_local_pngs_in_its_read_threads_and_keeps_the_order(
+    tmp_path, monkeypatch
+):
+    """A PNG's check inflates its image data (zlib releases the GIL): the read threads do it,
+    so a writer uses a second core; a JPEG's cheap check stays in the writer's thread. The
+    records and their errors come in the planned order either way."""
+    from recordforge.transforms import write
+
+    checked_in = {}
+    real_check = write.check_structure
+
+    def check_structure(data):
+        checked_in[data] = threading.current_thread().name
+        real_check(data)
+
+    monkeypatch.setattr(write, "check_structure", check_structure)
+    images = tmp_path / "in"
+    images.mkdir()
+    names = ["a.png", "b.jpg", "c.PNG", "d.png", "e.jpeg"]
+    contents = {
+        name: make_image(images / name, "PNG" if "png" in name.lower() else "JPEG", seed=i)
+        for i, name in enumerate(names)
+    }
+    (images / "d.png").unlink()  # vanished since probing: its error comes in its turn
+
+    def ref(name):
+        path = str(images / name)
+        return RecordRef("train", name.encode(), 0, b"", path, len(contents[name]), path, None)
+
+    pool = write.ThreadPoolExecutor(4, thread_name_prefix="recordforge-read")
+    try:
+        got = []
+        for ref_, fetch in write._read_ahead([ref(n) for n in names], pool):
+            name = ref_.path.rsplit("/", 1)[1]
+            try:
+                got.append((name, fetch() == contents[name]))
+            except write.InputError as error:
+                got.append((name, error.kind))
+    finally:
+        pool.shutdown()
+    assert got == [
+        ("a.png", True),
+        ("b.jpg", True),
+        ("c.PNG", True),
+        ("d.png", "UnreadableFile"),
+        ("e.jpeg", True),
+    ]
+    threads = {name: checked_in[contents[name]] for name in ("a.png", "b.jpg", "c.PNG", "e.jpeg")}
+    main = threading.current_thread().name
+    assert threads["b.jpg"] == threads["e.jpeg"] == main
+    assert threads["a.png"].startswith("recordforge-read")
+    assert threads["c.PNG"].startswith("recordforge-read")

@@ -297,6 +297,10 @@ class _Parking:
         self._spill.close()
         yield beam.pvalue.TaggedOutput(TALLY, self._records.take_tally())
 
+    def discard(self) -> None:
+        """The bundle failed: its spill file goes (SpillWriter.discard)."""
+        self._spill.discard()
+
 
 def _in_global_window(output):
     """A finish_bundle output: a WindowedValue in the global window (tags kept)."""
@@ -332,6 +336,11 @@ class _ParkElementsFn(beam.DoFn):
         for output in (*self._parking.flush(), *self._parking.close()):
             yield _in_global_window(output)
 
+    def teardown(self):
+        # After a failed bundle (a finished one's file is closed already: nothing to do).
+        if getattr(self, "_parking", None) is not None:
+            self._parking.discard()
+
 
 def _element_error(_, error: InputError) -> ErrorRecord:
     return ErrorRecord(WRITE_DATASET_INPUT, None, STAGE_RECORD, error.kind, error.message)
@@ -355,6 +364,13 @@ class _ReadTFRecordFilesFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, problem))
             return
         parking = _Parking(self._config, _record_error)
+        try:
+            yield from self._park(file, raw, parking)
+        except BaseException:
+            parking.discard()
+            raise
+
+    def _park(self, file: TFRecordInput, raw, parking: _Parking):
         read = 0  # records and problems met so far
         try:
             with raw:

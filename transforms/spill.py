@@ -11,6 +11,7 @@ and read once more, and the writer holds one shard at a time. The commit removes
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterable, Iterator
 
@@ -28,7 +29,8 @@ class SpillWriter:
 
     Use as a context manager, or call `close`: a piece can be read back once the file is
     closed. Each writer names its file afresh, so a retried bundle never appends to the file
-    of a failed attempt (whose pieces nothing refers to).
+    of a failed attempt (whose pieces nothing refers to). A failed bundle's writer is
+    discarded (`discard`, or leaving the context with an exception).
     """
 
     def __init__(self, folder: str) -> None:
@@ -55,11 +57,27 @@ class SpillWriter:
             self._sink.close()  # closes the file too
             self._file = self._sink = None
 
+    def discard(self) -> None:
+        """Close and delete the file of a failed bundle, now. Left open, it would be closed
+        whenever the garbage collector frees the writer, and on an object store that close
+        completes the upload: a spill file would appear in the run's working folder after a
+        failed run had removed it."""
+        if self._file is None:
+            return
+        with contextlib.suppress(Exception):  # the failure may be the store's own
+            self._sink.close()
+        self._file = self._sink = None
+        with contextlib.suppress(Exception):
+            FileSystems.delete([self._path])
+
     def __enter__(self) -> SpillWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.discard()
 
 
 class _CountingFile:

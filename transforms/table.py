@@ -433,6 +433,11 @@ class _PlaceTableFn(beam.DoFn):
         # Pieces are read back in a later stage, after this bundle is done.
         self._spill.close()
 
+    def teardown(self):
+        # After a failed bundle (a finished one's file is closed already: nothing to do).
+        if getattr(self, "_spill", None) is not None:
+            self._spill.discard()
+
 
 def _range_changed(path: str, part: CsvRange, now: str) -> InputChanged:
     return InputChanged(

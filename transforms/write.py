@@ -518,8 +518,9 @@ def _read_ahead(
     Object-store reads start ahead, in threads, to hide each read's latency. Local files are
     opened ahead and read when their turn comes, in this thread: handing each file to a thread
     and back costs more CPU than reading it from the page cache (~50 µs an image). Images to
-    preprocess go to the threads too: Pillow releases the GIL while it decodes, resizes and
-    encodes, so a writer uses more than one core.
+    preprocess go to the threads too, and so do local PNG files, whose check inflates their
+    image data: Pillow and zlib release the GIL while they work, so a writer uses more than
+    one core.
     """
     preprocess_in_pool = checks.preprocessing.active
     pending: collections.deque = collections.deque()
@@ -527,7 +528,11 @@ def _read_ahead(
     for ref in refs:
         if not ref.payload_path:
             fetch = None
-        elif not has_scheme(ref.payload_path) and not preprocess_in_pool:
+        elif (
+            not has_scheme(ref.payload_path)
+            and not preprocess_in_pool
+            and not _costly_to_check(ref.payload_path)
+        ):
             opened = None
             if not checks.allowed_roots or is_within(
                 real_path(ref.payload_path), checks.allowed_roots
@@ -547,6 +552,13 @@ def _read_ahead(
             in_flight -= done[0].payload_size
             yield done
     yield from pending
+
+
+def _costly_to_check(path: str) -> bool:
+    """Whether checking the image at `path` costs more than handing it to a read thread: a
+    PNG's check inflates all of its image data. Told by the name, for scheduling only: the
+    check itself goes by the bytes."""
+    return path[-4:].lower() == ".png"
 
 
 def read_payload(
