@@ -924,3 +924,25 @@ def test_a_gif_frame_pillow_refuses_to_size_is_a_bomb_in_words():
 def test_a_full_decode_does_not_read_the_orientation():
     data = encode(rgb(), "JPEG", exif=exif_turned(6))
     assert decode_image_bytes(data) == ImageFacts("jpeg", WIDTH, HEIGHT, 3, 1)
+
+
+@pytest.mark.parametrize("length", [9, 11, 12])
+def test_a_vp8x_chunk_of_another_length_is_corrupt_as_libwebp_and_tensorflow_say(length):
+    """The WebP container's VP8X chunk holds 10 bytes; libwebp refuses a file whose VP8X chunk
+    is longer or shorter (the chunks after it walked past correctly), so the probe refuses it."""
+    import tensorflow as tf
+
+    base = encode(rgb(), "WEBP", **ICC)
+    assert base[12:16] == b"VP8X" and struct.unpack_from("<I", base, 16)[0] == 10
+    vp8x = (base[20:30] + b"\0" * 2)[:length]
+    data = riff(chunk(b"VP8X", vp8x) + base[30:])
+    with pytest.raises(InputError) as raised:
+        probe_image_bytes(data)
+    assert (raised.value.kind, raised.value.message) == (
+        "CorruptImage",
+        f"the WEBP file is corrupt: its VP8X chunk is {length} bytes long, not 10",
+    )
+    with pytest.raises(OSError):
+        Image.open(io.BytesIO(data)).load()
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        tf.io.decode_image(data)

@@ -17,6 +17,7 @@ _PNG_END = b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
 _WEBP_ALPHA_FLAG = 0x10
+_VP8X_SIZE = 10  # bytes of a VP8X chunk's data, as the WebP container defines it
 _WEBP_ANIMATION_FLAG = 0x02
 # WebP metadata chunks → the keys of Pillow's Image.info they go to (its WebP plugin's).
 _WEBP_METADATA = {b"EXIF": "exif", b"XMP ": "xmp"}
@@ -210,7 +211,9 @@ def webp_facts(source: Source) -> tuple[int, int, int]:
     """
     fourcc, length = _riff_chunk(source, 12)
     if fourcc == b"VP8X":
-        data = _read_exactly(source, 20, 10)
+        if length != _VP8X_SIZE:  # libwebp refuses the file (TensorFlow cannot decode it)
+            raise SyntaxError(f"its VP8X chunk is {length:,} bytes long, not {_VP8X_SIZE}")
+        data = _read_exactly(source, 20, _VP8X_SIZE)
         flags = data[0]
         if flags & _WEBP_ANIMATION_FLAG:
             # tf.io.decode_image in TensorFlow 2.21 corrupts memory and aborts the process on
