@@ -17,8 +17,8 @@ _PNG_END = b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
 
 _WEBP_ALPHA_FLAG = 0x10
-_VP8X_SIZE = 10  # bytes of a VP8X chunk's data, as the WebP container defines it
 _WEBP_ANIMATION_FLAG = 0x02
+_VP8X_SIZE = 10  # bytes of a VP8X chunk's data, as the WebP container defines it
 # WebP metadata chunks → the keys of Pillow's Image.info they go to (its WebP plugin's).
 _WEBP_METADATA = {b"EXIF": "exif", b"XMP ": "xmp"}
 
