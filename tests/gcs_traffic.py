@@ -261,3 +261,32 @@ def storage_proxy(
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def proxied_emulator(
+    workdir, *, preconditions: bool = False
+) -> Iterator[tuple[object, Downloads, Faults]]:
+    """The storage emulator (its files in `workdir`) behind a `storage_proxy`, with this
+    process's environment pointing at the proxy, so the programs it starts talk to it too.
+
+    Yields (emulator, downloads, faults); restores the environment and stops both on exit.
+    """
+    import pytest
+    from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
+
+    if not EMULATOR.exists():
+        pytest.fail(f"gcp-storage-emulator is missing; {INSTALL_HINT}")
+    with (
+        running_emulator(workdir) as emulator,
+        storage_proxy(emulator.endpoint, preconditions=preconditions) as (
+            endpoint,
+            downloads,
+            faults,
+        ),
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        for key, value in emulator.env.items():
+            patch.setenv(key, value)
+        patch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        yield emulator, downloads, faults

@@ -24,8 +24,7 @@ import uuid
 
 import pytest
 from conftest import RECORDFORGE
-from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
-from gcs_traffic import storage_proxy
+from gcs_traffic import proxied_emulator
 from test_faults import _without_created, tally
 from test_gcs import OPTIONS, download, upload
 
@@ -39,16 +38,11 @@ from recordforge.transforms.lock import LockHeld, LockHolder, acquire_lock, read
 def proxied(tmp_path_factory):
     """The emulator behind a proxy that enforces preconditions and injects faults; this process
     and the programs it starts talk to the proxy. Yields (emulator, faults)."""
-    if not EMULATOR.exists():
-        pytest.fail(f"gcp-storage-emulator is missing; {INSTALL_HINT}")
-    with (
-        running_emulator(tmp_path_factory.mktemp("gcs-faults")) as emulator,
-        storage_proxy(emulator.endpoint, preconditions=True) as (endpoint, _, faults),
-        pytest.MonkeyPatch.context() as patch,
+    with proxied_emulator(tmp_path_factory.mktemp("gcs-faults"), preconditions=True) as (
+        emulator,
+        _,
+        faults,
     ):
-        for key, value in emulator.env.items():
-            patch.setenv(key, value)
-        patch.setenv("STORAGE_EMULATOR_HOST", endpoint)
         yield emulator, faults
 
 

@@ -178,15 +178,28 @@ def test_csv_naming_images_relatively_and_by_gs_uri(gcs, bucket, tmp_path, cli):
     }
 
 
+def _upload_table(gcs, bucket, tmp_path, header: str, rows: list[str]):
+    """`rows.csv` (the header, the rows, and a row of the wrong field count, quarantined, as
+    the seventh line) in `tmp_path/table`, uploaded under gs://BUCKET/in; returns the folder."""
+    table = tmp_path / "table"
+    table.mkdir()
+    lines = [header, *rows]
+    lines.insert(7, "bad,x")
+    (table / "rows.csv").write_text("\n".join(lines) + "\n")
+    upload(gcs, table, bucket, "in")
+    return table
+
+
 def test_a_table_without_images_gs_to_gs_matches_a_local_run(gcs, bucket, tmp_path, cli):
     # Read column-wise; its encoded records are spilled to the run's temporary folder on gs://
     # and read back by the shard writers.
-    table = tmp_path / "table"
-    table.mkdir()
-    lines = ["id,kind,score"] + [f"{i},{'xyz'[i % 3]},{i / 3:.3f}" for i in range(2000)]
-    lines.insert(7, "bad,x")  # wrong field count: quarantined
-    (table / "rows.csv").write_text("\n".join(lines) + "\n")
-    upload(gcs, table, bucket, "in")
+    table = _upload_table(
+        gcs,
+        bucket,
+        tmp_path,
+        "id,kind,score",
+        [f"{i},{'xyz'[i % 3]},{i / 3:.3f}" for i in range(2000)],
+    )
     args = ("--label-column", "kind", *OPTIONS)
     remote_run = cli("convert", f"gs://{bucket}/in/rows.csv", "-o", f"gs://{bucket}/out", *args)
     assert remote_run.returncode == 0, remote_run.stderr
@@ -202,12 +215,13 @@ def test_a_csv_on_gs_read_in_ranges_matches_a_local_whole_reading(
     gcs, bucket, tmp_path, cli, monkeypatch
 ):
     # Each range is a ranged read of the object (seek, then read to the range's end).
-    table = tmp_path / "table"
-    table.mkdir()
-    lines = ["id,kind,note"] + [f'{i},{"xyz"[i % 3]},"line\n{i}"' for i in range(2000)]
-    lines.insert(7, "bad,x")  # wrong field count: quarantined
-    (table / "rows.csv").write_text("\n".join(lines) + "\n")
-    upload(gcs, table, bucket, "in")
+    table = _upload_table(
+        gcs,
+        bucket,
+        tmp_path,
+        "id,kind,note",
+        [f'{i},{"xyz"[i % 3]},"line\n{i}"' for i in range(2000)],
+    )
     args = ("--label-column", "kind", *OPTIONS)
     local_run = cli("convert", table / "rows.csv", "-o", tmp_path / "local", *args)
     assert local_run.returncode == 0, local_run.stderr

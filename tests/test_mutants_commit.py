@@ -25,8 +25,7 @@ import pytest
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.localfilesystem import LocalFileSystem
-from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
-from gcs_traffic import storage_proxy
+from gcs_traffic import proxied_emulator
 from test_commit import NEW, NEW_FILES, OLD, _contents, _manifest, _stage_new, _write_old
 
 from recordforge.transforms import lock as lock_module
@@ -603,16 +602,11 @@ def test_a_lock_that_is_a_folder_is_an_error_not_a_free_lock(tmp_path):
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     """(emulator, bucket): this process talks to the proxy."""
-    if not EMULATOR.exists():
-        pytest.fail(f"gcp-storage-emulator is missing; {INSTALL_HINT}")
-    with (
-        running_emulator(tmp_path_factory.mktemp("gcs-lock")) as emulator,
-        storage_proxy(emulator.endpoint, preconditions=True) as (endpoint, _, _),
-        pytest.MonkeyPatch.context() as patch,
+    with proxied_emulator(tmp_path_factory.mktemp("gcs-lock"), preconditions=True) as (
+        emulator,
+        _,
+        _,
     ):
-        for key, value in emulator.env.items():
-            patch.setenv(key, value)
-        patch.setenv("STORAGE_EMULATOR_HOST", endpoint)
         bucket = f"rf-{uuid.uuid4().hex[:12]}"
         emulator.client().create_bucket(bucket)
         yield emulator, bucket

@@ -622,19 +622,6 @@ def test_bmp_channels_from_the_header(bits, channels):
     assert image_formats.channels("bmp", None, os2) == channels
 
 
-def test_a_vp8l_header_is_its_first_5_bytes():
-    """As libwebp's WebPGetFeatures: a lossless bitstream's size and alpha are in its first 5
-    bytes, so a file that ends right after them still has them."""
-    data = encode(rgba(), "WEBP", lossless=True)
-    assert data[12:16] == b"VP8L"
-    cut = data[: 20 + 5]
-    assert image_formats.webp_facts(image_formats.Source(io.BytesIO(cut), len(cut), cut)) == (
-        WIDTH,
-        HEIGHT,
-        4,
-    )
-
-
 def test_the_guarded_stream_passes_seeks_on_as_asked():
     stream = _GuardedStream(io.BytesIO(b"0123456789"))
     assert stream.seek(-3, io.SEEK_END) == 7 and stream.read(1) == b"7"
@@ -642,15 +629,24 @@ def test_the_guarded_stream_passes_seeks_on_as_asked():
     assert stream.seek(2) == 2 and stream.read() == b"23456789"
 
 
-def test_a_vp8_header_is_its_first_10_bytes():
-    """As libwebp's VP8GetInfo: a lossy bitstream's key frame header is 10 bytes."""
-    data = encode(rgb(), "WEBP")
-    assert data[12:16] == b"VP8 "
-    cut = data[: 20 + 10]
+@pytest.mark.parametrize(
+    ("fourcc", "header_bytes", "channels"),
+    [(b"VP8L", 5, 4), (b"VP8 ", 10, 3)],
+)
+def test_a_bitstream_header_is_its_first_bytes(fourcc, header_bytes, channels):
+    """As libwebp: a lossless bitstream's size and alpha are in its first 5 bytes
+    (WebPGetFeatures), a lossy one's key frame header is 10 bytes (VP8GetInfo), so a file that
+    ends right after them still has them."""
+    if fourcc == b"VP8L":
+        data = encode(rgba(), "WEBP", lossless=True)
+    else:
+        data = encode(rgb(), "WEBP")
+    assert data[12:16] == fourcc
+    cut = data[: 20 + header_bytes]
     assert image_formats.webp_facts(image_formats.Source(io.BytesIO(cut), len(cut), cut)) == (
         WIDTH,
         HEIGHT,
-        3,
+        channels,
     )
 
 

@@ -14,8 +14,7 @@ import uuid
 
 import pytest
 from conftest import run_cli
-from gcs_emulator import EMULATOR, INSTALL_HINT, running_emulator
-from gcs_traffic import storage_proxy
+from gcs_traffic import proxied_emulator
 from test_gcs import download
 from test_reshard import examples, write_tfrecords
 
@@ -28,17 +27,8 @@ RECORD_PADDING = 250_000
 def proxied(tmp_path_factory):
     """The emulator behind a fault-injecting proxy; this process and the programs it starts
     talk to the proxy. Yields (emulator, downloads, faults)."""
-    if not EMULATOR.exists():
-        pytest.fail(f"gcp-storage-emulator is missing; {INSTALL_HINT}")
-    with (
-        running_emulator(tmp_path_factory.mktemp("gcs-reshard")) as emulator,
-        storage_proxy(emulator.endpoint) as (endpoint, downloads, faults),
-        pytest.MonkeyPatch.context() as patch,
-    ):
-        for key, value in emulator.env.items():
-            patch.setenv(key, value)
-        patch.setenv("STORAGE_EMULATOR_HOST", endpoint)
-        yield emulator, downloads, faults
+    with proxied_emulator(tmp_path_factory.mktemp("gcs-reshard")) as servers:
+        yield servers
 
 
 @pytest.fixture(scope="module")
