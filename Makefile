@@ -30,6 +30,9 @@ bench: $(VENV)/.installed-bench
 # installed (src/recordforge/transforms/...); [tool.mutmut] in pyproject.toml says what it mutates
 # and which tests it runs. Each run starts afresh: mutmut's cache keys on paths and times.
 MUTATE_DIR := build/mutate
+# What an earlier `pip install .` leaves in build/ (a stale copy would go into the next wheel);
+# not build/ whole: a mutation run (MUTATE_DIR) may be working there.
+SETUPTOOLS_LEFTOVERS := build/lib build/bdist.*
 MUTMUT := $(abspath $(BIN))/mutmut
 
 mutate: $(VENV)/.installed-mutate
@@ -64,22 +67,22 @@ $(VENV)/bin/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(VENV)/.installed: $(VENV)/bin/python $(SOURCES)
-	rm -rf build
+	rm -rf $(SETUPTOOLS_LEFTOVERS)
 	$(BIN)/pip install --quiet --upgrade .
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/bin/python $(SOURCES)
-	rm -rf build
+	rm -rf $(SETUPTOOLS_LEFTOVERS)
 	$(BIN)/pip install --quiet --upgrade '.[test]'
 	touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-mutate: $(VENV)/bin/python $(SOURCES)
-	rm -rf build
+	rm -rf $(SETUPTOOLS_LEFTOVERS)
 	$(BIN)/pip install --quiet --upgrade '.[test,mutate]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 $(VENV)/.installed-bench: $(VENV)/bin/python $(SOURCES)
-	rm -rf build
+	rm -rf $(SETUPTOOLS_LEFTOVERS)
 	$(BIN)/pip install --quiet --upgrade '.[bench]'
 	touch $@ $(VENV)/.installed
 
