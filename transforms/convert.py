@@ -12,7 +12,7 @@ from apache_beam.io.filesystems import FileSystems
 from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
 from recordforge.transforms.build import TALLY, BuildRecords, CollectLabels
-from recordforge.transforms.combiners import TallyCombineFn
+from recordforge.transforms.combiners import CombineTogether, TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
 from recordforge.transforms.core.errors import InputIncomplete
 from recordforge.transforms.core.files import skipped
@@ -159,19 +159,23 @@ class _Planned(beam.PTransform):
             built, labels = self._read_table(pbegin, listed)
             # Inputs are the records plus the rows and files that failed, and what was listed
             # but cannot be an input.
-            read_errors = (listed[ERRORS], built[ERRORS]) | "ReadErrors" >> beam.Flatten()
+            read_errors = (listed[ERRORS], built[ERRORS])
             counted, early_errors, receipts = built["records"], read_errors, built[RECEIPTS]
         else:
             built, labels, early_errors = self._probe_and_build(pbegin, listed)
-            counted, read_errors = listed["candidates"], listed[ERRORS]
+            counted, read_errors = listed["candidates"], (listed[ERRORS],)
             receipts = listed.get(RECEIPTS)
-        counts, ignored = _count_inputs(counted, read_errors, early_errors, listed[IGNORED])
+        combined = pbegin | "Tallies" >> CombineTogether(
+            {
+                "Inputs": _input_tallies(counted, read_errors, early_errors, listed[IGNORED]),
+                "Features": (built[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
+            }
+        )
+        counts, ignored = _input_counts(combined["Inputs"])
         if config.csv_schema is not None:
             # Nothing is written or committed before every CSV file is known to be read whole.
             counts = counts | "EveryCsvFileRead" >> _CheckCsvConsumed(listed[CSV_FILES], receipts)
-        tally = built[TALLY] | "MergeTallies" >> beam.CombineGlobally(
-            TallyCombineFn(FeatureTally, FeatureTally.merge)
-        )
+        tally = combined["Features"]
         planned = built["records"] | "PlanShards" >> PlanShards(
             config.sharding, config.configured_splits, assign=self._assign and not tabular
         )
@@ -185,7 +189,7 @@ class _Planned(beam.PTransform):
             "tally": tally,
             "counts": counts,
             "ignored": ignored,
-            "early_errors": early_errors,
+            "early_errors": early_errors,  # a tuple of PCollections of ErrorRecords
         }
 
     def _probe_and_build(self, pbegin, listed):
@@ -222,9 +226,7 @@ class _Planned(beam.PTransform):
             preprocessing=config.preprocessing,
             max_pixels=config.max_image_pixels,
         )
-        early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS]) | (
-            "EarlyErrors" >> beam.Flatten()
-        )
+        early_errors = (listed[ERRORS], probed[ERRORS], built[ERRORS])
         return built, labels, early_errors
 
     def _read_table(self, pbegin, listed):
@@ -298,12 +300,13 @@ def _is_plain_table(config: ConvertConfig) -> bool:
     )
 
 
-def _count_inputs(batches, read_errors, early_errors, ignored):
-    """(InputCounts, {skip reason: paths skipped}), from one global count of four streams.
+def _input_tallies(batches, read_errors, early_errors, ignored):
+    """(tuples, their CombineFn): one count of several streams, as CombineTogether takes it.
 
     Inputs are the records in `batches` (lists) plus the rows and files that never became one
-    (`read_errors`). One combine for all four: each global combine costs a pipeline stage or
-    two, whatever it counts.
+    (`read_errors`); a tuple is (records in batches, read errors, early errors, skipped paths
+    by reason). `read_errors` and `early_errors` are tuples of PCollections, counted without
+    being flattened first (a Flatten a runner cannot fuse away is a stage of its own).
     """
     reasons = skipped.REASONS
     width = 3 + len(reasons)
@@ -315,17 +318,24 @@ def _count_inputs(batches, read_errors, early_errors, ignored):
 
     tallies = (
         batches | "TallyBatch" >> beam.Map(lambda batch: (len(batch), 0, 0, *[0] * len(reasons))),
-        read_errors | "TallyReadError" >> beam.Map(lambda _: (0, 1, 0, *[0] * len(reasons))),
-        early_errors | "TallyEarlyError" >> beam.Map(lambda _: (0, 0, 1, *[0] * len(reasons))),
+        *(
+            errors | f"TallyReadError{index}" >> beam.Map(lambda _: (0, 1, 0, *[0] * len(reasons)))
+            for index, errors in enumerate(read_errors)
+        ),
+        *(
+            errors | f"TallyEarlyError{index}" >> beam.Map(lambda _: (0, 0, 1, *[0] * len(reasons)))
+            for index, errors in enumerate(early_errors)
+        ),
         ignored | "TallyIgnored" >> beam.Map(one_skipped),
-    ) | "AllTallies" >> beam.Flatten()
-    # (records in batches, read errors, early errors, skipped paths by reason)
-    totals = tallies | "CountInputs" >> beam.CombineGlobally(
-        beam.combiners.TupleCombineFn(*[sum] * width)
     )
+    return tallies, beam.combiners.TupleCombineFn(*[sum] * width)
+
+
+def _input_counts(totals):
+    """(InputCounts, {skip reason: paths skipped}) from the totals of `_input_tallies`."""
     counts = totals | "InputCounts" >> beam.Map(lambda t: InputCounts(t[0] + t[1], t[2]))
     return counts, totals | "SkippedPaths" >> beam.Map(
-        lambda t: dict(zip(reasons, t[3:], strict=True))
+        lambda t: dict(zip(skipped.REASONS, t[3:], strict=True))
     )
 
 
@@ -365,7 +375,7 @@ class ConvertToTFRecords(beam.PTransform):
                 config.preprocessing,
             ),
         )
-        all_errors = (planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
+        all_errors = (*planned["early_errors"], written[ERRORS]) | "AllErrors" >> beam.Flatten()
         all_errors = _shown_as(all_errors, config.shown_as)
         error_files = all_errors | "WriteErrors" >> WriteErrors(staging.parts)
         commit_config = CommitConfig(
@@ -430,7 +440,9 @@ class PlanDataset(beam.PTransform):
     def expand(self, pbegin):
         planned = pbegin | "Plan" >> _Planned(self._config, assign=False)
         # The first few unusable inputs of each kind, to name them.
-        early_errors = _shown_as(planned["early_errors"], self._config.shown_as)
+        early_errors = _shown_as(
+            planned["early_errors"] | "EarlyErrors" >> beam.Flatten(), self._config.shown_as
+        )
         unusable = early_errors | "SampleErrors" >> beam.CombineGlobally(
             TallyCombineFn(ErrorSample, ErrorSample.add)
         )

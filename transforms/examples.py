@@ -20,7 +20,7 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 
 from recordforge.schemas.features import FeatureTally, FeatureType, InferredFeatures
-from recordforge.transforms.combiners import TallyCombineFn
+from recordforge.transforms.combiners import CombineTogether, TallyCombineFn
 from recordforge.transforms.commit import Commit, CommitConfig
 from recordforge.transforms.convert import within_error_rate
 from recordforge.transforms.core.errors import InputError, InputIncomplete
@@ -159,22 +159,27 @@ class WriteExamples(beam.PTransform):
         assigned = parked[BLOCKS] | "PlaceRecords" >> PlaceTable(
             layouts=layouts, spill_dir=config.spill_dir
         )
+        # One global combine for both tallies below (a combine costs a stage or two).
+        combined = pipeline | "Tallies" >> CombineTogether(
+            {
+                "Features": (parked[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
+                "Inputs": (
+                    (
+                        parked["records"]
+                        | "CountRecords" >> beam.Map(lambda batch: (batch.num_rows, 0)),
+                        parked[ERRORS] | "CountErrors" >> beam.Map(lambda _: (0, 1)),
+                    ),
+                    beam.combiners.TupleCombineFn(sum, sum),
+                ),
+            }
+        )
         # → FeatureTally, one element; a key whose records hold two dtypes stops the run here.
-        tally = (
-            parked[TALLY]
-            | "MergeTallies"
-            >> beam.CombineGlobally(TallyCombineFn(FeatureTally, FeatureTally.merge))
-            | "CheckFeatureTypes" >> beam.Map(_checked_tally, InferredFeatures(config.types))
+        tally = combined["Features"] | "CheckFeatureTypes" >> beam.Map(
+            _checked_tally, InferredFeatures(config.types)
         )
         # → InputCounts, one element: every record read or given, and every one that failed.
-        counts = (
-            (
-                parked["records"] | "CountRecords" >> beam.Map(lambda batch: (batch.num_rows, 0)),
-                parked[ERRORS] | "CountErrors" >> beam.Map(lambda _: (0, 1)),
-            )
-            | "RecordsAndErrors" >> beam.Flatten()
-            | "CountInputs" >> beam.CombineGlobally(beam.combiners.TupleCombineFn(sum, sum))
-            | "InputCounts" >> beam.Map(lambda totals: InputCounts(sum(totals), totals[1]))
+        counts = combined["Inputs"] | "InputCounts" >> beam.Map(
+            lambda totals: InputCounts(sum(totals), totals[1])
         )
         # → bool, one element: False when more records failed than --max-error-rate allows.
         proceed = counts | "WithinErrorRate" >> beam.Map(within_error_rate, config.max_error_rate)
