@@ -274,7 +274,9 @@ class ListenerWatch:
                     with contextlib.suppress(psutil.Error):
                         command = " ".join(child.cmdline())
                         self.commands.add(command)
-                        self.processes.setdefault(child.pid, (child.ppid(), command))
+                        # The latest: a child seen between its fork and its exec still
+                        # shows its parent's command line.
+                        self.processes[child.pid] = (child.ppid(), command)
                 for process in [top, *children]:
                     with contextlib.suppress(psutil.Error):
                         for conn in process.net_connections(kind="inet"):
