@@ -16,11 +16,16 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from recordforge.transforms.core.files.filenames import to_os
 from recordforge.transforms.core.files.walk import FILE, walk_pattern
-from recordforge.transforms.core.planning.sharding import human_size
-from recordforge.transforms.core.records import Source
+
+if TYPE_CHECKING:
+    from recordforge.transforms.core.records import Source
+
+# Light to import (no numpy): the `recordforge` program asks `workers_for_folders` before it
+# imports anything heavy (recordforge/command.py).
 
 # Input bytes per worker process: below twice this, one process is faster (docs/performance.md).
 BYTES_PER_WORKER = 512 * 2**20
@@ -50,23 +55,39 @@ def choose_local_workers(sources: Sequence[Source], cores: int | None = None) ->
         return LocalWorkers(1, "CSV tables convert fastest in one process")
     if any("://" in source.pattern for source in sources):
         return LocalWorkers(1, "remote inputs")
+    from recordforge.transforms.core.planning.sharding import human_size
+
     wanted = cores * BYTES_PER_WORKER
-    found = input_bytes(sources, up_to=wanted)
-    count = min(cores, found // BYTES_PER_WORKER)
+    found = input_bytes([source.pattern for source in sources], up_to=wanted)
+    count = _count_for(found, cores)
     if count < 2:
         return LocalWorkers(1, f"{human_size(found)} of input")
     size = f"{human_size(found)} or more" if found >= wanted else human_size(found)
     return LocalWorkers(count, f"{size} of input, {cores} cores")
 
 
-def input_bytes(sources: Sequence[Source], up_to: int) -> int:
-    """The bytes of the files the sources name, counted until `up_to` is reached (the count
-    then stops: a large folder is not listed twice in full). It walks as the conversion's
-    listing does (core.files.walk: hidden files left out, folder links not followed, so link
-    loops end); files that vanish or cannot be read are skipped."""
+def workers_for_folders(folders: Sequence[str], cores: int | None = None) -> int:
+    """The worker processes `choose_local_workers` would choose for these local image folders."""
+    cores = usable_cores() if cores is None else cores
+    if cores < 2:
+        return 1
+    patterns = [f"{folder.rstrip('/') or '/'}/**" for folder in folders]
+    return max(1, _count_for(input_bytes(patterns, up_to=cores * BYTES_PER_WORKER), cores))
+
+
+def _count_for(found: int, cores: int) -> int:
+    return min(cores, found // BYTES_PER_WORKER)
+
+
+def input_bytes(patterns: Sequence[str], up_to: int) -> int:
+    """The bytes of the files the patterns (Source.pattern: `root/**` for a folder) name,
+    counted until `up_to` is reached (the count then stops: a large folder is not listed twice
+    in full). It walks as the conversion's listing does (core.files.walk: hidden files left
+    out, folder links not followed, so link loops end); files that vanish or cannot be read are
+    skipped."""
     total = 0
-    for source in sources:
-        for entry in walk_pattern(source.pattern):
+    for pattern in patterns:
+        for entry in walk_pattern(pattern):
             if entry.kind != FILE:
                 continue
             try:

@@ -170,6 +170,34 @@ def asks_for_worker_processes(argv: list[str]) -> bool:
     return False
 
 
+# What says where a run goes (pipelines/runner.py, chooses_where_it_runs): with any of them the
+# program does not guess.
+_PLACEMENT_FLAGS = ("--runner", "--workers", "--direct_num_workers", "--direct_running_mode")
+
+
+def may_choose_worker_processes(argv: list[str]) -> bool:
+    """A guess, before the arguments are parsed, whether `recordforge convert` will run in
+    worker processes by recordforge's own choice (pipelines/local_workers.py): no argument
+    says where it runs, none names a CSV file or a remote path, and the existing local folders
+    among them (the output's excepted) hold enough bytes. The program then starts the fork
+    server early, as for `--workers N`. A wrong guess costs a fork server ended unused, or the
+    head start."""
+    if not argv or argv[0] != "convert":
+        return False
+    if any(arg.startswith(_PLACEMENT_FLAGS) for arg in argv):
+        return False
+    given = [arg for arg in argv[1:] if not arg.startswith("-")]
+    if any("://" in arg or ".csv" in arg.lower() for arg in given):
+        return False
+    outputs = {argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in ("-o", "--output")}
+    folders = [arg for arg in given if arg not in outputs and os.path.isdir(arg)]
+    if not folders:
+        return False
+    from recordforge.pipelines.local_workers import workers_for_folders
+
+    return workers_for_folders(folders) > 1
+
+
 _finished: list[int] = []  # the status main() returns, once it has returned
 
 
@@ -194,7 +222,7 @@ def main() -> int:
     # This process is recordforge's own: it keeps out the modules no command uses, before Beam
     # is imported (recordforge/lean_imports.py).
     lean_imports.refuse(lean_imports.unused_by_command(argv))
-    if FORK_WORKERS and asks_for_worker_processes(argv):
+    if FORK_WORKERS and (asks_for_worker_processes(argv) or may_choose_worker_processes(argv)):
         # The workers' fork server imports Beam on another core while this process does.
         worker_forks.prestart(fork_server_command())
     try:

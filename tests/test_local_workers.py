@@ -9,6 +9,7 @@ import pathlib
 import pytest
 from conftest import make_image
 
+from recordforge import command
 from recordforge.pipelines import cli, local_workers
 from recordforge.pipelines.local_workers import choose_local_workers, input_bytes
 from recordforge.pipelines.runner import chooses_where_it_runs
@@ -61,10 +62,10 @@ def test_the_count_stops_once_every_core_has_its_share(tmp_path):
     for index in range(50):
         _sparse(tmp_path / "photos" / f"{index:02d}.jpg", MIB)
     source = _folder(tmp_path / "photos")
-    assert input_bytes([source], up_to=10**12) == 50 * MIB
+    assert input_bytes([source.pattern], up_to=10**12) == 50 * MIB
     # Stopped at the file that reached the bound, not after all 50.
-    assert input_bytes([source], up_to=5 * MIB) == 5 * MIB
-    assert input_bytes([source], up_to=5 * MIB + 1) == 6 * MIB
+    assert input_bytes([source.pattern], up_to=5 * MIB) == 5 * MIB
+    assert input_bytes([source.pattern], up_to=5 * MIB + 1) == 6 * MIB
 
 
 def test_hidden_files_links_to_folders_and_several_sources_count_as_the_conversion_lists(
@@ -76,7 +77,7 @@ def test_hidden_files_links_to_folders_and_several_sources_count_as_the_conversi
     _sparse(photos / "a" / ".thumb.jpg", 100 * MIB)
     os.symlink(photos, photos / "a" / "loop")  # a folder link, not followed: no loop
     _sparse(more / "2.png", 2 * MIB)
-    assert input_bytes([_folder(photos), _folder(more, 1)], up_to=10**12) == 5 * MIB
+    assert input_bytes([_folder(photos).pattern, _folder(more, 1).pattern], up_to=10**12) == 5 * MIB
 
 
 def test_the_user_chooses_by_runner_workers_or_beams_flags():
@@ -117,3 +118,45 @@ def test_a_conversion_large_enough_runs_in_worker_processes_with_the_same_bytes(
     summary = _converted(tmp_path, tmp_path / "small" / "out", capsys=capsys)
     assert "ran in this process (chosen for " in summary, summary
     assert "KiB of input; --workers N runs N worker processes)" in summary, summary
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    monkeypatch.setattr(local_workers, "usable_cores", lambda: 2)
+
+
+def test_the_program_guesses_from_its_arguments_when_the_default_will_choose_workers(
+    tmp_path, monkeypatch, two_cores
+):
+    big, small, output = tmp_path / "big", tmp_path / "small", tmp_path / "out"
+    for index in range(2):
+        _sparse(big / "class" / f"{index}.jpg", PER_WORKER)
+    _sparse(small / "class" / "0.jpg", PER_WORKER)
+    _sparse(output / "old.tfrecord", 2 * PER_WORKER)
+    guess = command.may_choose_worker_processes
+    assert guess(["convert", str(big), "--output", str(output)])
+    assert guess(["convert", "--overwrite", str(small), str(big), "-o", str(output)])
+    # Too little, or the bytes are the output's.
+    assert not guess(["convert", str(small), "--output", str(output)])
+    assert not guess(["convert", str(small), "--output", str(big)])
+    # The user says where it runs: no guess (--workers N asks by itself).
+    for flag in ("--workers=1", "--runner=dask", "--direct_num_workers=1"):
+        assert not guess(["convert", str(big), "--output", str(output), flag])
+    # CSV tables and remote inputs run in this process; other commands run no conversion.
+    assert not guess(["convert", str(big), str(tmp_path / "table.csv"), "--output", str(output)])
+    assert not guess(["convert", str(big), "gs://bucket/photos", "--output", str(output)])
+    assert not guess(["reshard", str(big), "--output", str(output)])
+    monkeypatch.setattr(local_workers, "usable_cores", lambda: 1)
+    assert not guess(["convert", str(big), "--output", str(output)])
+
+
+def test_the_guess_counts_what_the_choice_counts(tmp_path, two_cores):
+    for index in range(2):
+        _sparse(tmp_path / "photos" / "class" / f"{index}.jpg", PER_WORKER)
+    _sparse(tmp_path / "photos" / ".cache" / "big.bin", 4 * PER_WORKER)  # hidden: not counted
+    for folders in (["photos"], ["photos/class"]):
+        paths = [str(tmp_path / folder) for folder in folders]
+        chosen = choose_local_workers([_folder(pathlib.Path(p)) for p in paths])
+        assert local_workers.workers_for_folders(paths) == chosen.count == 2
+    (tmp_path / "photos" / "class" / "1.jpg").unlink()
+    assert local_workers.workers_for_folders([str(tmp_path / "photos")]) == 1
