@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recordforge.transforms.core.files.filenames import to_os
+from recordforge.transforms.core.files.filenames import from_os, to_os
 from recordforge.transforms.core.files.walk import FILE, walk_pattern
 
 if TYPE_CHECKING:
@@ -66,13 +66,29 @@ def choose_local_workers(sources: Sequence[Source], cores: int | None = None) ->
     return LocalWorkers(count, f"{size} of input, {cores} cores")
 
 
-def workers_for_folders(folders: Sequence[str], cores: int | None = None) -> int:
-    """The worker processes `choose_local_workers` would choose for these local image folders."""
+def workers_for_folders(
+    folders: Sequence[str], cores: int | None = None, *, remember: bool = False
+) -> int:
+    """The worker processes `choose_local_workers` would choose for these local image folders
+    (paths as typed). `remember`: keep the count for the conversion's own choice that follows
+    (the next `input_bytes` of the same folders takes it), so a folder is not walked twice."""
     cores = usable_cores() if cores is None else cores
     if cores < 2:
         return 1
-    patterns = [f"{folder.rstrip('/') or '/'}/**" for folder in folders]
-    return max(1, _count_for(input_bytes(patterns, up_to=cores * BYTES_PER_WORKER), cores))
+    # Source.pattern of a folder: absolute, as pipelines/preflight.py makes it.
+    patterns = tuple(
+        f"{from_os(os.path.abspath(os.path.expanduser(to_os(folder)))).rstrip('/')}/**"
+        for folder in folders
+    )
+    wanted = cores * BYTES_PER_WORKER
+    found = input_bytes(patterns, up_to=wanted)
+    if remember:
+        _remembered[(patterns, wanted)] = found
+    return max(1, _count_for(found, cores))
+
+
+# The count `workers_for_folders(remember=True)` made, until the choice takes it.
+_remembered: dict[tuple[tuple[str, ...], int], int] = {}
 
 
 def _count_for(found: int, cores: int) -> int:
@@ -85,6 +101,9 @@ def input_bytes(patterns: Sequence[str], up_to: int) -> int:
     in full). It walks as the conversion's listing does (core.files.walk: hidden files left
     out, folder links not followed, so link loops end); files that vanish or cannot be read are
     skipped."""
+    remembered = _remembered.pop((tuple(patterns), up_to), None)
+    if remembered is not None:
+        return remembered
     total = 0
     for pattern in patterns:
         for entry in walk_pattern(pattern):

@@ -195,7 +195,7 @@ def may_choose_worker_processes(argv: list[str]) -> bool:
         return False
     from recordforge.pipelines.local_workers import workers_for_folders
 
-    return workers_for_folders(folders) > 1
+    return workers_for_folders(folders, remember=True) > 1
 
 
 _finished: list[int] = []  # the status main() returns, once it has returned

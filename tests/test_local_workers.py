@@ -160,3 +160,27 @@ def test_the_guess_counts_what_the_choice_counts(tmp_path, two_cores):
         assert local_workers.workers_for_folders(paths) == chosen.count == 2
     (tmp_path / "photos" / "class" / "1.jpg").unlink()
     assert local_workers.workers_for_folders([str(tmp_path / "photos")]) == 1
+
+
+def test_the_choice_after_the_programs_guess_does_not_walk_the_folders_again(
+    tmp_path, monkeypatch, two_cores
+):
+    for index in range(3):
+        _sparse(tmp_path / "photos" / "class" / f"{index}.jpg", PER_WORKER)
+    walked = []
+    real_walk = local_workers.walk_pattern
+
+    def counting_walk(pattern):
+        walked.append(pattern)
+        return real_walk(pattern)
+
+    monkeypatch.setattr(local_workers, "walk_pattern", counting_walk)
+    monkeypatch.chdir(tmp_path)
+    # As typed on the command line (relative, a trailing slash); the choice sees absolute paths.
+    assert local_workers.workers_for_folders(["photos/"], remember=True) == 2
+    assert walked == [f"{tmp_path}/photos/**"]
+    source = _folder(tmp_path / "photos")
+    assert choose_local_workers([source]).count == 2
+    assert len(walked) == 1  # the guess's count, taken
+    assert choose_local_workers([source]).count == 2
+    assert len(walked) == 2  # taken once: a later choice walks again
