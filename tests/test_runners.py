@@ -275,8 +275,9 @@ class ListenerWatch:
                         command = " ".join(child.cmdline())
                         self.commands.add(command)
                         # The latest: a child seen between its fork and its exec still
-                        # shows its parent's command line.
-                        self.processes[child.pid] = (child.ppid(), command)
+                        # shows its parent's command line (and an exiting one shows none).
+                        if command or child.pid not in self.processes:
+                            self.processes[child.pid] = (child.ppid(), command)
                 for process in [top, *children]:
                     with contextlib.suppress(psutil.Error):
                         for conn in process.net_connections(kind="inet"):

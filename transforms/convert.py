@@ -165,16 +165,19 @@ class _Planned(beam.PTransform):
             built, labels, early_errors = self._probe_and_build(pbegin, listed)
             counted, read_errors = listed["candidates"], (listed[ERRORS],)
             receipts = listed.get(RECEIPTS)
-        combined = pbegin | "Tallies" >> CombineTogether(
-            {
-                "Inputs": _input_tallies(counted, read_errors, early_errors, listed[IGNORED]),
-                "Features": (built[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
-            }
-        )
+        tallies = {
+            "Inputs": _input_tallies(counted, read_errors, early_errors, listed[IGNORED]),
+            "Features": (built[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
+        }
+        if config.csv_schema is not None:
+            tallies["CsvFiles"] = _csv_ledger_inputs(listed[CSV_FILES], receipts)
+        combined = pbegin | "Tallies" >> CombineTogether(tallies)
         counts, ignored = _input_counts(combined["Inputs"])
         if config.csv_schema is not None:
             # Nothing is written or committed before every CSV file is known to be read whole.
-            counts = counts | "EveryCsvFileRead" >> _CheckCsvConsumed(listed[CSV_FILES], receipts)
+            counts = counts | "EveryCsvFileRead" >> beam.Map(
+                _checked, beam.pvalue.AsSingleton(combined["CsvFiles"])
+            )
         tally = combined["Features"]
         planned = built["records"] | "PlanShards" >> PlanShards(
             config.sharding, config.configured_splits, assign=self._assign and not tabular
@@ -253,26 +256,17 @@ class _Planned(beam.PTransform):
         return blocks | "PlaceTable" >> PlaceTable(layouts=layouts, spill_dir=config.staged.spill)
 
 
-class _CheckCsvConsumed(beam.PTransform):
-    """InputCounts → the same, once every CSV file listed has a receipt of being read to its
-    end (or quarantined whole); else the run fails (InputIncomplete)."""
-
-    def __init__(self, listed, receipts) -> None:
-        super().__init__()
-        self._listed = listed
-        self._receipts = receipts
-
-    def expand(self, counts):
-        ledger = (
-            (
-                self._listed
-                | "ListedCsv" >> beam.Map(lambda source_path: ("listed", source_path[1])),
-                self._receipts | "ReadCsv" >> beam.Map(lambda receipt: ("read", receipt)),
-            )
-            | "CsvFilesAndReceipts" >> beam.Flatten()
-            | "CsvLedger" >> beam.CombineGlobally(TallyCombineFn(CsvLedger, CsvLedger.add))
-        )
-        return counts | "CheckLedger" >> beam.Map(_checked, beam.pvalue.AsSingleton(ledger))
+def _csv_ledger_inputs(listed, receipts):
+    """(the CSV files listed and the receipts of their reads, the CombineFn of their ledger), as
+    CombineTogether takes them: `_checked` then fails the run (InputIncomplete) unless every
+    CSV file listed has a receipt of being read to its end (or quarantined whole)."""
+    return (
+        (
+            listed | "ListedCsv" >> beam.Map(lambda source_path: ("listed", source_path[1])),
+            receipts | "ReadCsv" >> beam.Map(lambda receipt: ("read", receipt)),
+        ),
+        TallyCombineFn(CsvLedger, CsvLedger.add),
+    )
 
 
 def _checked(counts: InputCounts, ledger: CsvLedger) -> InputCounts:
