@@ -40,6 +40,9 @@ class JpegHeader:
     arithmetic: bool = False
     quantization: set[int] = field(default_factory=set)
     huffman: set[tuple[int, int]] = field(default_factory=set)  # (class: 0 DC 1 AC, index)
+    # Tables defined with codes libjpeg cannot build, and why: an error only for a scan that
+    # uses one (libjpeg-turbo builds a table when a scan starts with it, jdhuff.c).
+    bogus_huffman: dict[tuple[int, int], str] = field(default_factory=dict)
 
     def segment(self, marker: int, body: bytes, offset: int) -> None:
         """Check one segment (marker and the bytes after its length field) and note it."""
@@ -107,7 +110,13 @@ class JpegHeader:
         tables = huffman_segment(body)
         if isinstance(tables, str):
             raise _bad(tables.format(offset=offset))
-        self.huffman.update(tables)
+        for table, problem in tables:  # a later definition replaces an earlier one
+            if problem is None:
+                self.huffman.add(table)
+                self.bogus_huffman.pop(table, None)
+            else:
+                self.huffman.discard(table)
+                self.bogus_huffman[table] = problem.format(offset=offset)
 
     def _check_huffman_tables_used(self, dc: int, ac: int, start: int, high: int) -> None:
         if not self.progressive:
@@ -120,6 +129,8 @@ class JpegHeader:
             used = ([(0, dc)] if high == 0 else []) if start == 0 else [(1, ac)]
             defaults = set()
         for table in used:
+            if table in self.bogus_huffman:
+                raise _bad(self.bogus_huffman[table])
             if table not in self.huffman and table not in defaults:
                 kind = "DC" if table[0] == 0 else "AC"
                 raise _bad(f"{kind} Huffman table {table[1]} is used, not defined")
@@ -159,9 +170,11 @@ class JpegHeader:
 
 
 @functools.lru_cache(maxsize=256)
-def huffman_segment(body: bytes) -> tuple[tuple[int, int], ...] | str:
-    """The (class, index) of the Huffman tables a DHT segment defines, or what is wrong with it
-    (a message with an `{offset}` field).
+def huffman_segment(body: bytes) -> tuple[tuple[tuple[int, int], str | None], ...] | str:
+    """((class, index), what is wrong with its codes or None) of each Huffman table a DHT
+    segment defines, or what is wrong with the segment itself (messages with an `{offset}`
+    field). libjpeg refuses a segment it cannot read at once, and a table whose codes it
+    cannot build only when a scan uses it.
 
     Cached: the files of one camera or encoder share their tables, so most segments are
     checked once per worker.
@@ -178,12 +191,13 @@ def huffman_segment(body: bytes) -> tuple[tuple[int, int], ...] | str:
             return f"a Huffman table at byte {{offset:,}} has class {kind}, index {index}"
         if total > 256 or len(symbols) < total:
             return "a Huffman table at byte {offset:,} is bogus"
+        problem = None
         if not _codes_fit(counts):
-            return "a Huffman table at byte {offset:,} is bogus (its codes do not fit)"
-        if kind == 0 and symbols and max(symbols) > 15:
-            return "a DC Huffman table at byte {offset:,} has a symbol above 15"
+            problem = "a Huffman table at byte {offset:,} is bogus (its codes do not fit)"
+        elif kind == 0 and symbols and max(symbols) > 15:
+            problem = "a DC Huffman table at byte {offset:,} has a symbol above 15"
         position += 17 + total
-        tables.append((kind, index))
+        tables.append(((kind, index), problem))
     return tuple(tables)
 
 
