@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from recordforge.transforms.core.files.filenames import from_os, to_os
+from recordforge.transforms.core.files.filenames import absolute_local_path, to_os
 from recordforge.transforms.core.files.walk import FILE, walk_pattern
 
 if TYPE_CHECKING:
@@ -75,11 +75,8 @@ def workers_for_folders(
     cores = usable_cores() if cores is None else cores
     if cores < 2:
         return 1
-    # Source.pattern of a folder: absolute, as pipelines/preflight.py makes it.
-    patterns = tuple(
-        f"{from_os(os.path.abspath(os.path.expanduser(to_os(folder)))).rstrip('/')}/**"
-        for folder in folders
-    )
+    # Source.pattern of a folder, as pipelines/preflight.py makes it.
+    patterns = tuple(f"{absolute_local_path(folder).rstrip('/')}/**" for folder in folders)
     wanted = cores * BYTES_PER_WORKER
     found = input_bytes(patterns, up_to=wanted)
     if remember:

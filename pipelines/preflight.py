@@ -39,7 +39,7 @@ from recordforge.transforms.core.files.confine import (
     normalize_root,
     real_path,
 )
-from recordforge.transforms.core.files.filenames import display, from_os, to_os
+from recordforge.transforms.core.files.filenames import absolute_local_path, display, from_os, to_os
 from recordforge.transforms.core.files.naming import (
     is_valid_dataset_name,
     is_valid_split_name,
@@ -72,7 +72,7 @@ def normalize_path(path: str) -> str:
     if has_scheme(path):
         stripped = path.rstrip("/")
         return stripped if not stripped.endswith(":/") else path
-    return from_os(os.path.abspath(os.path.expanduser(to_os(path))))
+    return absolute_local_path(path)
 
 
 def resolve_allowed_roots(given: Sequence[str], sources: Sequence[Source]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ it is data (`image/filename`) it is the original bytes (`name_bytes`).
 
 from __future__ import annotations
 
+import os
 import re
 
 MARK = "\x00"
@@ -35,6 +36,12 @@ def to_os(name: str) -> str:
     if MARK not in name:
         return name
     return _MARKED.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), name)
+
+
+def absolute_local_path(path: str) -> str:
+    """A local path (pipeline text) made absolute with `~` expanded, as sources and outputs are
+    named (workers may run in another folder)."""
+    return from_os(os.path.abspath(os.path.expanduser(to_os(path))))
 
 
 def display(text: str) -> str:
