@@ -35,6 +35,8 @@ _MAP_VALUE = 0x12  # field 2 of a map entry: the Feature
 # A value needs k+1 varint bytes when it is at least 2^(7k).
 _VARINT_STEPS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
 _NO_SEPARATOR = pa.scalar(b"", pa.binary())
+# pa.binary()'s offsets are int32: a larger array's would wrap.
+_MAX_BINARY_BYTES = int(np.iinfo(np.int32).max)
 
 
 @dataclass(frozen=True)
@@ -84,16 +86,17 @@ def encode_examples(
     Returns:
         Sizes, value counts and (with_bytes) the bytes of each row's Example.
     """
+    for column in columns:
+        if len(column.values) != num_rows:
+            raise ValueError(
+                f"feature {column.key!r}: {len(column.values)} values, {num_rows} rows"
+            )
     counts = np.empty((num_rows, len(columns)), dtype=np.int64)
     if num_rows == 0:
         empty = pa.array([], pa.binary()) if with_bytes else None
         return EncodedExamples(np.zeros(0, dtype=np.int64), counts, empty)
     entries: list[tuple[str, _Entries]] = []
     for index, column in enumerate(columns):
-        if len(column.values) != num_rows:
-            raise ValueError(
-                f"feature {column.key!r}: {len(column.values)} values, {num_rows} rows"
-            )
         encoded = _encode_column(column, with_bytes)
         counts[:, index] = encoded.counts
         entries.append((column.key, encoded))
@@ -351,6 +354,11 @@ def _binary(
     """A binary array over bytes laid out row after row, `lengths` of them per row."""
     offsets = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(lengths.astype(np.int64), out=offsets[1:])
+    if offsets[-1] > _MAX_BINARY_BYTES:
+        raise ValueError(
+            f"{int(offsets[-1]):,} bytes in one column of one batch: a binary array holds at "
+            f"most {_MAX_BINARY_BYTES:,}; encode fewer rows at a time"
+        )
     buffers = [
         None,
         pa.py_buffer(offsets.astype(np.int32)),

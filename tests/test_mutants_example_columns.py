@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recordforge.schemas import codec
-from recordforge.schemas.example_columns import FeatureColumn, encode_examples
+from recordforge.schemas.example_columns import FeatureColumn, _binary, encode_examples
 
 
 def _codec_bytes(features: dict) -> bytes:
@@ -48,6 +48,23 @@ def test_a_batch_of_no_rows(with_bytes):
         assert len(encoded.examples) == 0
     else:
         assert encoded.examples is None
+
+
+def test_a_batch_of_no_rows_still_checks_each_column_has_no_values():
+    column = FeatureColumn("i", "int64", pa.array([7], pa.int64()))
+    with pytest.raises(ValueError, match="feature 'i': 1 values, 0 rows"):
+        encode_examples([column], 0)
+
+
+def test_more_bytes_than_a_binary_array_holds_are_refused_not_wrapped():
+    # 2 GiB + 2 bytes of zeros: numpy's zeroed pages are not touched, so this costs no memory.
+    data = np.zeros((1 << 31) + 2, dtype=np.uint8)
+    with pytest.raises(ValueError, match="2,147,483,650 bytes in one column of one batch"):
+        _binary(data, np.array([1 << 30, (1 << 30) + 2]), 2)
+    # Up to the bound the offsets are exact.
+    fits = _binary(data[: (1 << 31) - 1], np.array([1 << 30, (1 << 30) - 1]), 2)
+    offsets = np.frombuffer(fits.buffers()[1], dtype=np.int32)
+    assert offsets.tolist() == [0, 1 << 30, (1 << 31) - 1]
 
 
 @pytest.mark.parametrize("with_bytes", [True, False])

@@ -21,9 +21,12 @@ import zlib
 import pytest
 from PIL import Image
 
+from recordforge.pipelines.inspection.contact_sheet import make_thumbnail
 from recordforge.transforms.core.errors import InputError
+from recordforge.transforms.core.images.formats import webp_with_pad_byte
 from recordforge.transforms.core.images.integrity import check_pixels, check_structure
-from recordforge.transforms.core.images.probe import decode_image_bytes
+from recordforge.transforms.core.images.probe import decode_image_bytes, open_image
+from recordforge.transforms.core.reports.summary import describe_image
 
 MiB = 1 << 20
 
@@ -127,6 +130,7 @@ def pieces_of(stream: bytes, size: int) -> list[bytes]:
 
 
 _END_OF_IDAT = len(GREY) - len(IEND)
+_START_OF_IDAT = GREY.index(b"IDAT") - 4
 _BAD_CRC = zlib.crc32(b"IDAT" + STREAM) ^ 1
 
 PNG_REFUSALS = {
@@ -144,19 +148,19 @@ PNG_REFUSALS = {
     ),
     "cut in its IDAT chunk": (
         GREY[: _END_OF_IDAT - 5],
-        truncated("PNG", "a IDAT chunk runs past the file's end"),
+        truncated("PNG", f"its IDAT chunk at byte {_START_OF_IDAT:,} runs past the file's end"),
     ),
     "cut in its IHDR chunk, under 29 bytes": (
         GREY[:28],
-        truncated("PNG", "a IHDR chunk runs past the file's end"),
+        truncated("PNG", "its IHDR chunk at byte 8 runs past the file's end"),
     ),
     "cut in its IHDR chunk, 29 bytes": (
         GREY[:29],
-        truncated("PNG", "a IHDR chunk runs past the file's end"),
+        truncated("PNG", "its IHDR chunk at byte 8 runs past the file's end"),
     ),
     "a damaged chunk cut": (
         SIGNATURE + ihdr(20, 10) + b"\x00\x00\x01\x00ID\x01Tabcd",
-        truncated("PNG", "a damaged chunk runs past the file's end"),
+        truncated("PNG", "its damaged chunk at byte 33 runs past the file's end"),
     ),
     "an IDAT chunk's CRC": (
         SIGNATURE + ihdr(20, 10) + png_chunk(b"IDAT", STREAM, _BAD_CRC) + IEND,
@@ -553,14 +557,41 @@ def gradient_webp(width: int) -> bytes:
 
 
 @pytest.mark.parametrize("width, length", [(1, 51), (3, 61)])
-def test_a_last_chunk_without_its_pad_byte_is_left_to_the_decoder(width, length, tf):
+def test_a_last_chunk_without_its_pad_byte_is_accepted_as_tensorflow_decodes_it(width, length, tf):
     data = gradient_webp(width)
     assert struct.unpack_from("<I", data, 16)[0] == length and len(data) == 20 + length + 1
     unpadded = riff(data[12:-1])
-    # libwebp's decoder (TensorFlow's) reads the file: the walk does not refuse it.
-    assert tf.io.decode_webp(unpadded).shape == (1, 5, width, 3)
-    assert refusal(unpadded) == verdict(decode_image_bytes, unpadded)
-    assert refusal(unpadded) is None or "runs past" not in refusal(unpadded)[1]
+    # libwebp's decoder (TensorFlow's) reads the file; Pillow's demuxer alone would refuse it.
+    decoded = tf.io.decode_webp(unpadded).numpy()
+    assert decoded.shape == (1, 5, width, 3)
+    with pytest.raises(OSError):
+        Image.open(io.BytesIO(unpadded)).load()
+    assert refusal(unpadded) is None
+    # Resizing and re-encoding open it too, to the pixels TensorFlow decodes.
+    facts, image = open_image(unpadded)
+    assert (facts.format, facts.width, facts.height) == ("webp", width, 5)
+    assert image.convert("RGB").tobytes() == decoded[0].tobytes()
+    # So do the reports: the summary's description and the contact sheet's thumbnail.
+    assert describe_image(unpadded).startswith(f"WEBP {width}×5 RGB")
+    thumbnail = make_thumbnail(unpadded)
+    assert thumbnail.error is None and (thumbnail.width, thumbnail.height) == (width, 5)
+
+
+def test_a_missing_pad_byte_is_added_only_to_an_odd_length_webp():
+    data = gradient_webp(3)
+    unpadded = riff(data[12:-1])
+    assert webp_with_pad_byte(unpadded) == data
+    assert webp_with_pad_byte(data) is data
+    odd_png = encode(picture(), "PNG") + b"x" * (1 - len(encode(picture(), "PNG")) % 2)
+    assert len(odd_png) % 2 == 1 and webp_with_pad_byte(odd_png) is odd_png
+    wave = b"RIFF" + struct.pack("<I", 5) + b"WAVE" + b"x"
+    assert webp_with_pad_byte(wave) is wave
+
+
+def test_a_chunk_ending_two_bytes_past_the_file_is_truncated():
+    data = gradient_webp(3)
+    cut = riff(data[12:-2])
+    assert refusal(cut) == truncated("WEBP", "a chunk at byte 12 runs past the file's end")
 
 
 def with_first_partition(data: bytes, size: int) -> bytes:

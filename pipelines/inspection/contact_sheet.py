@@ -72,10 +72,12 @@ def make_thumbnail(data: bytes, size: int = THUMBNAIL_SIZE) -> Thumbnail:
     """
     from PIL import Image, ImageOps
 
+    from recordforge.transforms.core.images.formats import webp_with_pad_byte
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # DecompressionBombWarning: it was converted already
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(webp_with_pad_byte(data))) as image:
                 image.draft(None, (size, size))  # JPEG: decode at a fraction of the size
                 image = ImageOps.exif_transpose(image)
                 image = _viewable(image)

@@ -304,6 +304,19 @@ def _read_exactly(source: Source, offset: int, n: int) -> bytes:
     return data
 
 
+def webp_with_pad_byte(data: bytes) -> bytes:
+    """A WebP file as Pillow reads it: with the pad byte its last chunk may lack.
+
+    Every chunk of odd length is followed by a pad byte, so a whole WebP file's length is even;
+    libwebp (TensorFlow's decoder) reads a file whose last chunk lacks it, Pillow's demuxer does
+    not. An odd-length file gets the pad byte and a RIFF size that counts it; others are returned
+    as they are.
+    """
+    if len(data) % 2 == 0 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return data
+    return data[:4] + struct.pack("<I", len(data) + 1 - 8) + data[8:] + b"\0"
+
+
 def ends_cleanly(source: Source, fmt: str) -> bool:
     """Quick completeness check from the file's end, or from a size field in the header."""
     declared = declared_size(source, fmt)

@@ -98,7 +98,9 @@ def _check_png(data: bytes) -> None:
         length, kind = struct.unpack_from(">I4s", data, offset)
         end = offset + 12 + length
         if end > size:
-            raise _truncated("png", f"a {_chunk_name(kind)} chunk runs past the file's end")
+            raise _truncated(
+                "png", f"its {_chunk_name(kind)} chunk at byte {offset:,} runs past the file's end"
+            )
         (stored,) = struct.unpack_from(">I", data, end - 4)
         if zlib.crc32(view[offset + 4 : end - 4]) != stored:
             raise _corrupt(

@@ -206,7 +206,8 @@ def open_image(
     facts = probe_image_bytes(data, max_pixels=max_pixels, orientation=True)
     try:
         if facts.format == "webp":
-            return facts, WebPImagePlugin.WebPImageFile(io.BytesIO(data))
+            readable = image_formats.webp_with_pad_byte(data)  # as libwebp (TensorFlow's) reads it
+            return facts, WebPImagePlugin.WebPImageFile(io.BytesIO(readable))
         return facts, _PILLOW_FACTORIES[facts.format](io.BytesIO(data))
     except _PILLOW_ERRORS as error:
         source = Source(_GuardedStream(io.BytesIO(data)), len(data), data)
@@ -346,7 +347,8 @@ def _decode_fully(source: Source, fmt: str, max_pixels: int) -> None:
         # Before decoding: a later frame may be a bomb.
         image_formats.check_gif_blocks(data, max_pixels)
     if fmt == "webp":
-        image: ImageFile.ImageFile = WebPImagePlugin.WebPImageFile(io.BytesIO(data))
+        readable = image_formats.webp_with_pad_byte(data)  # as libwebp (TensorFlow's) reads it
+        image: ImageFile.ImageFile = WebPImagePlugin.WebPImageFile(io.BytesIO(readable))
     else:
         image = _PILLOW_FACTORIES[fmt](io.BytesIO(data))
     # ImageFile.LOAD_TRUNCATED_IMAGES is read, never set: it is global, and must stay False.

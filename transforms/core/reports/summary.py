@@ -332,10 +332,12 @@ def describe_image(data: bytes) -> str:
     """`JPEG 160×188 RGB, 3,134 bytes`, from the image's header only (nothing is decoded)."""
     from PIL import Image
 
+    from recordforge.transforms.core.images.formats import webp_with_pad_byte
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a DecompressionBombWarning says nothing here
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(webp_with_pad_byte(data))) as image:
                 width, height = image.size
                 return f"{image.format} {width}×{height} {image.mode}, {len(data):,} bytes"
     except Exception as error:  # noqa: BLE001  (any byte string may be stored; describe it)
