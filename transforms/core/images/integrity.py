@@ -7,7 +7,9 @@ read, without decoding pixels:
 
 - PNG: every chunk's CRC-32 (zlib.crc32), chunks that fit the file up to IEND, and the image
   data a complete zlib stream (inflated in pieces, the output thrown away; libpng rejects a
-  stream that ends early).
+  stream that ends early). It is inflated by zlib-ng, zlib's faster fork, whose inflate checks
+  a stream as zlib does (libpng's, TensorFlow's) with the same messages: the largest cost of
+  checking a PNG (docs/performance.md). ISA-L, faster still, accepts streams zlib refuses.
 - JPEG: the marker segments up to the end of image (EOI), their lengths inside the file, and
   the entropy-coded data of every scan free of markers that cannot occur there (a 0xFF byte is
   followed by a stuffed 0x00, a restart marker, or the next segment's marker, which must be one
@@ -28,6 +30,7 @@ import zlib
 
 import numpy as np
 from PIL import Image
+from zlib_ng import zlib_ng
 
 from recordforge.transforms.core.errors import InputError
 from recordforge.transforms.core.images import formats as image_formats
@@ -89,7 +92,7 @@ def _check_png(data: bytes) -> None:
     view = memoryview(data)
     size = len(data)
     offset = len(_PNG_SIGNATURE)
-    inflater = zlib.decompressobj()
+    inflater = zlib_ng.decompressobj()
     inflated = 0
     expected = _png_raw_size(data)
     while True:
@@ -130,7 +133,7 @@ def _inflate(inflater, data: memoryview) -> int:
     while pending and not inflater.eof:
         try:
             given += len(inflater.decompress(pending, _INFLATE_PIECE))
-        except zlib.error as error:
+        except zlib_ng.error as error:
             raise _corrupt("png", f"its compressed image data is damaged ({error})") from None
         pending = inflater.unconsumed_tail
     # Output still held back (the input is all used): drain it in pieces too.
