@@ -2,11 +2,12 @@
 
 One process is faster on small inputs: a second one costs a fork server importing Beam and a
 round trip to every worker at each of the pipeline's stages, which only enough payload work
-pays for (docs/performance.md, "The default"). So a conversion of local images uses one worker
-process per `BYTES_PER_WORKER` of input, as many as the cores this process may run on, and
-this process alone below two. CSV tables stay in this process: the measured multi-process runs
-were slower on them. Remote inputs (gs://) stay too: their size is not known without listing
-them, which is the pipeline's first stage.
+pays for (docs/performance.md, "The default"). So a conversion of local images or CSV tables
+uses one worker process per `BYTES_PER_WORKER` of input, as many as the cores this process may
+run on, and this process alone below two. Only uncompressed CSV files count: a gzip file is
+read whole, by one worker, and the images a table names are not counted (the measured gains
+are those of tables read in ranges by several workers). Remote inputs (gs://) stay in this
+process: their size is not known without listing them, which is the pipeline's first stage.
 
 The choice changes no output byte: the same DoFns run on the same elements either way.
 """
@@ -51,8 +52,6 @@ def choose_local_workers(sources: Sequence[Source], cores: int | None = None) ->
     cores = usable_cores() if cores is None else cores
     if cores < 2:
         return LocalWorkers(1, "one core")
-    if any(source.kind != "images" for source in sources):
-        return LocalWorkers(1, "CSV tables convert fastest in one process")
     if any("://" in source.pattern for source in sources):
         return LocalWorkers(1, "remote inputs")
     from recordforge.transforms.core.planning.sharding import human_size
@@ -84,6 +83,19 @@ def workers_for_folders(
     return max(1, _count_for(found, cores))
 
 
+def workers_for_tables(tables: Sequence[str], cores: int | None = None) -> int:
+    """The worker processes `choose_local_workers` would choose for these local CSV files (paths
+    as typed) alone: the program's guess before it imports Beam."""
+    cores = usable_cores() if cores is None else cores
+    if cores < 2:
+        return 1
+    patterns = [absolute_local_path(table) for table in tables]
+    return max(1, _count_for(input_bytes(patterns, up_to=cores * BYTES_PER_WORKER), cores))
+
+
+# Compressed tables: read whole, by one worker each (transforms/core/tables/ranges.py).
+_READ_WHOLE = ".gz"
+
 # The count `workers_for_folders(remember=True)` made, until the choice takes it.
 _remembered: dict[tuple[tuple[str, ...], int], int] = {}
 
@@ -104,7 +116,7 @@ def input_bytes(patterns: Sequence[str], up_to: int) -> int:
     total = 0
     for pattern in patterns:
         for entry in walk_pattern(pattern):
-            if entry.kind != FILE:
+            if entry.kind != FILE or entry.path.lower().endswith(_READ_WHOLE):
                 continue
             try:
                 total += os.stat(to_os(entry.path)).st_size

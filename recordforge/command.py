@@ -178,7 +178,7 @@ _PLACEMENT_FLAGS = ("--runner", "--workers", "--direct_num_workers", "--direct_r
 def may_choose_worker_processes(argv: list[str]) -> bool:
     """A guess, before the arguments are parsed, whether `recordforge convert` will run in
     worker processes by recordforge's own choice (pipelines/local_workers.py): no argument
-    says where it runs, none names a CSV file or a remote path, and the existing local folders
+    says where it runs, none names a remote path, and the existing local folders and CSV files
     among them (the output's excepted) hold enough bytes. The program then starts the fork
     server early, as for `--workers N`. A wrong guess costs a fork server ended unused, or the
     head start."""
@@ -187,14 +187,20 @@ def may_choose_worker_processes(argv: list[str]) -> bool:
     if any(arg.startswith(_PLACEMENT_FLAGS) for arg in argv):
         return False
     given = [arg for arg in argv[1:] if not arg.startswith("-")]
-    if any("://" in arg or ".csv" in arg.lower() for arg in given):
+    if any("://" in arg for arg in given):
         return False
     outputs = {argv[i + 1] for i, flag in enumerate(argv[:-1]) if flag in ("-o", "--output")}
-    folders = [arg for arg in given if arg not in outputs and os.path.isdir(arg)]
-    if not folders:
+    inputs = [arg for arg in given if arg not in outputs]
+    folders = [arg for arg in inputs if os.path.isdir(arg)]
+    tables = [arg for arg in inputs if arg.lower().endswith(".csv") and os.path.isfile(arg)]
+    if not folders and not tables:
         return False
-    from recordforge.pipelines.local_workers import workers_for_folders
+    from recordforge.pipelines.local_workers import workers_for_folders, workers_for_tables
 
+    if tables:  # a table's size is one stat; a folder's needs a walk, done once below
+        return workers_for_tables(tables) > 1 or (
+            bool(folders) and workers_for_folders(folders, remember=True) > 1
+        )
     return workers_for_folders(folders, remember=True) > 1
 
 

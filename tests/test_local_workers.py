@@ -50,12 +50,31 @@ def test_one_worker_process_per_share_of_input_up_to_the_cores(
     assert chosen.count == expected, chosen
 
 
-def test_csv_tables_and_remote_inputs_stay_in_this_process(tmp_path):
+def _table(path: pathlib.Path, index: int = 0) -> Source:
+    return Source(index, "csv", str(path), str(path.parent), path.name)
+
+
+def test_csv_tables_count_their_uncompressed_bytes(tmp_path):
     _sparse(tmp_path / "big.csv", 4 * PER_WORKER)
-    table = Source(0, "csv", str(tmp_path / "big.csv"), str(tmp_path), "big.csv")
-    assert choose_local_workers([table], cores=8).count == 1
+    assert choose_local_workers([_table(tmp_path / "big.csv")], cores=8).count == 4
+    _sparse(tmp_path / "half.csv", PER_WORKER)
+    assert choose_local_workers([_table(tmp_path / "half.csv")], cores=8).count == 1
+    # A gzip file is read whole, by one worker: its bytes buy no second one.
+    _sparse(tmp_path / "big.csv.gz", 4 * PER_WORKER)
+    gzipped = _table(tmp_path / "big.csv.gz")
+    assert choose_local_workers([gzipped], cores=8).count == 1
+    # Several tables, by a glob, add up.
+    _sparse(tmp_path / "parts" / "a.csv", PER_WORKER)
+    _sparse(tmp_path / "parts" / "b.CSV", PER_WORKER)
+    parts = Source(0, "csv", f"{tmp_path}/parts/*", str(tmp_path / "parts"), "parts/*")
+    assert choose_local_workers([parts], cores=8).count == 2
+
+
+def test_remote_inputs_stay_in_this_process():
     remote = Source(0, "images", "gs://bucket/photos/**", "gs://bucket/photos", "gs://…")
     assert choose_local_workers([remote], cores=8).count == 1
+    table = Source(0, "csv", "gs://bucket/big.csv", "gs://bucket", "gs://bucket/big.csv")
+    assert choose_local_workers([table], cores=8).count == 1
 
 
 def test_the_count_stops_once_every_core_has_its_share(tmp_path):
@@ -120,6 +139,26 @@ def test_a_conversion_large_enough_runs_in_worker_processes_with_the_same_bytes(
     assert "KiB of input; --workers N runs N worker processes)" in summary, summary
 
 
+def test_a_table_large_enough_runs_in_worker_processes_with_the_same_bytes(
+    tmp_path, monkeypatch, capsys
+):
+    table = tmp_path / "table.csv"
+    rows = [f'{i},name {i},{i * 0.5},"a, quoted {i}"' for i in range(3000)]
+    table.write_text("id,name,score,note\n" + "\n".join(rows) + "\n")
+
+    def converted(out, *extra):
+        assert cli.main(["convert", str(table), "--output", str(out), *extra]) == 0
+        return capsys.readouterr().out
+
+    in_process = converted(tmp_path / "one" / "out", "--workers", "1")
+    assert "ran in this process\n" in in_process
+    monkeypatch.setattr(local_workers, "BYTES_PER_WORKER", table.stat().st_size // 2)
+    monkeypatch.setattr(local_workers, "usable_cores", lambda: 2)
+    summary = converted(tmp_path / "auto" / "out")
+    assert "ran in 2 worker processes (chosen for " in summary, summary
+    assert _shards(tmp_path / "auto" / "out") == _shards(tmp_path / "one" / "out")
+
+
 @pytest.fixture
 def two_cores(monkeypatch):
     monkeypatch.setattr(local_workers, "usable_cores", lambda: 2)
@@ -142,12 +181,31 @@ def test_the_program_guesses_from_its_arguments_when_the_default_will_choose_wor
     # The user says where it runs: no guess (--workers N asks by itself).
     for flag in ("--workers=1", "--runner=dask", "--direct_num_workers=1"):
         assert not guess(["convert", str(big), "--output", str(output), flag])
-    # CSV tables and remote inputs run in this process; other commands run no conversion.
-    assert not guess(["convert", str(big), str(tmp_path / "table.csv"), "--output", str(output)])
+    # Remote inputs run in this process; other commands run no conversion.
     assert not guess(["convert", str(big), "gs://bucket/photos", "--output", str(output)])
     assert not guess(["reshard", str(big), "--output", str(output)])
     monkeypatch.setattr(local_workers, "usable_cores", lambda: 1)
     assert not guess(["convert", str(big), "--output", str(output)])
+
+
+def test_the_program_guesses_from_csv_tables_too(tmp_path, two_cores):
+    big, small, output = tmp_path / "big.csv", tmp_path / "small.csv", tmp_path / "out"
+    _sparse(big, 2 * PER_WORKER)
+    _sparse(small, PER_WORKER)
+    _sparse(tmp_path / "big.csv.gz", 4 * PER_WORKER)
+    guess = command.may_choose_worker_processes
+    assert guess(["convert", str(big), "--output", str(output)])
+    assert guess(["convert", str(small), str(tmp_path / "photos"), "-o", str(output)]) is False
+    assert not guess(["convert", str(small), "--output", str(output)])
+    assert not guess(["convert", str(tmp_path / "big.csv.gz"), "--output", str(output)])
+    assert not guess(["convert", str(big), "--output", str(output), "--workers=1"])
+    # A table and a folder: either holding enough is enough.
+    for index in range(2):
+        _sparse(tmp_path / "photos" / "class" / f"{index}.jpg", PER_WORKER)
+    assert guess(["convert", str(small), str(tmp_path / "photos"), "-o", str(output)])
+    # The guess is what the choice will be.
+    assert local_workers.workers_for_tables([str(big)]) == 2
+    assert choose_local_workers([_table(big)]).count == 2
 
 
 def test_the_guess_counts_what_the_choice_counts(tmp_path, two_cores):
