@@ -197,11 +197,10 @@ def may_choose_worker_processes(argv: list[str]) -> bool:
         return False
     from recordforge.pipelines.local_workers import workers_for_folders, workers_for_tables
 
-    if tables:  # a table's size is one stat; a folder's needs a walk, done once below
-        return workers_for_tables(tables) > 1 or (
-            bool(folders) and workers_for_folders(folders, remember=True) > 1
-        )
-    return workers_for_folders(folders, remember=True) > 1
+    # Tables first: a table's size is one stat, a folder's needs a walk.
+    if tables and workers_for_tables(tables) > 1:
+        return True
+    return bool(folders) and workers_for_folders(folders, remember=True) > 1
 
 
 _finished: list[int] = []  # the status main() returns, once it has returned

@@ -31,10 +31,12 @@ def _verdict(data: bytes) -> tuple[str, str] | None:
     return None
 
 
-def _inflated(module, stream: bytes) -> tuple:
-    """(inflated bytes, at the stream's end) as the check inflates, or the error's words."""
+def _inflated(module, stream: bytes, piece: int) -> tuple:
+    """(inflated bytes, at the stream's end) as the check inflates `piece` bytes at a time, or
+    the error's words."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(integrity, "zlib_ng", module)  # the errors the check catches, too
+        patch.setattr(integrity, "_INFLATE_PIECE", piece)
         inflater = module.decompressobj()
         try:
             return integrity._inflate(inflater, memoryview(stream)), inflater.eof
@@ -73,17 +75,8 @@ _RAW = st.one_of(
 @given(st.data(), _RAW, st.sampled_from([0, 1, 6, 9]), st.sampled_from([7, 1 << 20]))
 def test_a_damaged_stream_inflates_as_zlib_inflates_it(data, raw, level, piece):
     stream = data.draw(damaged(zlib.compress(raw, level)))
-    with_zlib = _inflated_in_pieces(zlib, stream, piece)
-    assert _inflated_in_pieces(integrity.zlib_ng, stream, piece) == with_zlib
-
-
-def _inflated_in_pieces(module, stream: bytes, piece: int) -> tuple:
-    previous = integrity._INFLATE_PIECE
-    integrity._INFLATE_PIECE = piece
-    try:
-        return _inflated(module, stream)
-    finally:
-        integrity._INFLATE_PIECE = previous
+    with_zlib = _inflated(zlib, stream, piece)
+    assert _inflated(integrity.zlib_ng, stream, piece) == with_zlib
 
 
 def _photo_png(seed: int) -> bytes:
