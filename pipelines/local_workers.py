@@ -71,26 +71,27 @@ def workers_for_folders(
     """The worker processes `choose_local_workers` would choose for these local image folders
     (paths as typed). `remember`: keep the count for the conversion's own choice that follows
     (the next `input_bytes` of the same folders takes it), so a folder is not walked twice."""
-    cores = usable_cores() if cores is None else cores
-    if cores < 2:
-        return 1
     # Source.pattern of a folder, as pipelines/preflight.py makes it.
     patterns = tuple(f"{absolute_local_path(folder).rstrip('/')}/**" for folder in folders)
-    wanted = cores * BYTES_PER_WORKER
-    found = input_bytes(patterns, up_to=wanted)
-    if remember:
-        _remembered[(patterns, wanted)] = found
-    return max(1, _count_for(found, cores))
+    return _workers_for(patterns, cores, remember)
 
 
 def workers_for_tables(tables: Sequence[str], cores: int | None = None) -> int:
     """The worker processes `choose_local_workers` would choose for these local CSV files (paths
     as typed) alone: the program's guess before it imports Beam."""
+    patterns = tuple(absolute_local_path(table) for table in tables)
+    return _workers_for(patterns, cores, remember=False)
+
+
+def _workers_for(patterns: tuple[str, ...], cores: int | None, remember: bool) -> int:
     cores = usable_cores() if cores is None else cores
     if cores < 2:
         return 1
-    patterns = [absolute_local_path(table) for table in tables]
-    return max(1, _count_for(input_bytes(patterns, up_to=cores * BYTES_PER_WORKER), cores))
+    wanted = cores * BYTES_PER_WORKER
+    found = input_bytes(patterns, up_to=wanted)
+    if remember:
+        _remembered[(patterns, wanted)] = found
+    return max(1, _count_for(found, cores))
 
 
 # Compressed tables: read whole, by one worker each (transforms/core/tables/ranges.py).
