@@ -1,4 +1,4 @@
-"""The JPEG structure check (core/images/integrity.py's _check_jpeg and _marker_positions, and
+"""The JPEG structure check (core/images/integrity.py's _check_jpeg and _ScanEnds, and
 jpeg_segments.py) on files the other tests lack.
 
 Written for mutation testing (docs/testing.md): Pillow's JPEGs (baseline, optimized,
@@ -18,10 +18,12 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.images.integrity import _marker_positions, check_structure
+from recordforge.transforms.core.images.integrity import _ScanEnds, check_structure
 from recordforge.transforms.core.images.jpeg_segments import JpegHeader
 
 CORRUPT = "the JPEG file is corrupt: "
@@ -372,23 +374,62 @@ def test_a_progressive_files_later_segments_are_checked():
     )
 
 
-# --- _marker_positions -----------------------------------------------------------------------
+# --- _ScanEnds ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("data", "positions"),
+    ("data", "offset", "end"),
     [
-        (b"", []),
-        (b"\xff", []),
-        (b"\xff\xd9", [0]),
-        (b"\xff\x00\xff\xd0\xff\xd7\xff\xcf\xff\xd8", [6, 8]),
-        (b"\xff\xff\xff\xd9\xff", [2]),
-        (b"\x00\xff\x01\xff\xfe", [1, 3]),
+        (b"", 0, None),
+        (b"\xff", 0, None),
+        (b"\xff\xd9", 0, 0),
+        (b"\xff\xd9", 1, None),
+        (b"\xff\x00\xff\xd0\xff\xd7\xff\xcf\xff\xd8", 0, 6),
+        (b"\xff\x00\xff\xd0\xff\xd7\xff\xcf\xff\xd8", 7, 8),
+        (b"\xff\xff\xff\xd9\xff", 0, 2),
+        (b"\x00\xff\x01\xff\xfe", 0, 1),
+        (b"\x00\xff\x01\xff\xfe", 2, 3),
+        (b"\xff\xd0\x00\xff\xd8", 0, 3),
+        (b"\xff\xd7\xff\xcf", 0, 2),
+        (b"\xff\xd0\xff\xff\x00", 0, None),
     ],
 )
-def test_marker_positions_skip_stuffed_bytes_restarts_and_fill_bytes(data, positions):
-    found = _marker_positions(data)
-    assert found.tolist() == positions
+@pytest.mark.parametrize("one_by_one", [1, 16])
+def test_a_scan_ends_at_a_marker_not_at_stuffed_bytes_restarts_or_fill_bytes(
+    data, offset, end, one_by_one
+):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_ScanEnds, "_ONE_BY_ONE", one_by_one)
+        assert _ScanEnds(data).after(offset) == end
+
+
+def _scan_end_by_definition(data: bytes, offset: int) -> int | None:
+    for position in range(offset, len(data) - 1):
+        if data[position] == 0xFF and data[position + 1] not in {0, 0xFF, *range(0xD0, 0xD8)}:
+            return position
+    return None
+
+
+# The bytes either side of each boundary the scan draws: 0x00/0x01, 0xCF/0xD0, 0xD7/0xD8, 0xFE/0xFF.
+_BOUNDARY_BYTES = st.sampled_from([0x00, 0x01, 0xCF, 0xD0, 0xD7, 0xD8, 0xD9, 0xFE, 0xFF])
+
+
+@pytest.mark.parametrize("one_by_one", [1, 16, 1000])
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_BOUNDARY_BYTES, max_size=80), offset=st.integers(0, 80))
+def test_a_scan_ends_where_its_definition_says_stepped_or_filtered(one_by_one, values, offset):
+    # Runs of restarts and fill bytes longer than the steps taken one at a time go to the
+    # filter; both ways must agree with the definition.
+    data = bytes(values)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_ScanEnds, "_ONE_BY_ONE", one_by_one)
+        assert _ScanEnds(data).after(offset) == _scan_end_by_definition(data, offset)
+
+
+def test_a_scan_of_many_restart_markers_is_checked_as_one_of_few():
+    restarts = b"".join(bytes([0x12, 0xFF, 0xD0 + index % 8]) for index in range(50_000))
+    data = b"\xff\xd8" + restarts + b"\xff\xd9"
+    assert _ScanEnds(data).after(2) == len(data) - 2
 
 
 # --- segment: frame types and restart intervals ---------------------------------------------
