@@ -20,7 +20,7 @@ from apache_beam.metrics.execution import MetricKey, MetricResult, MetricsContai
 from apache_beam.metrics.metric import MetricResults
 from apache_beam.metrics.metricbase import MetricName
 
-from recordforge.transforms.internals import CounterFactory, StateSampler
+from recordforge.transforms.internals import CounterFactory, state_sampler
 
 _PUBLISH_SECONDS = 1.0
 
@@ -52,7 +52,7 @@ class TaskMetrics:
 
     def __enter__(self) -> TaskMetrics:
         # Beam finds a DoFn's metrics container through the thread's state sampler.
-        self._sampler = StateSampler("dask-task", CounterFactory())
+        self._sampler = state_sampler("dask-task", CounterFactory())
         self._sampler.start()
         if self._worker is not None:
             self._publisher = threading.Thread(

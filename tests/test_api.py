@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.csv
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.worker import statesampler
 from apache_beam.transforms import userstate
 from conftest import make_image, read_errors, shard_files
 
@@ -178,15 +179,15 @@ def test_beam_options_as_flags_or_pipeline_options_give_the_same_bytes(tmp_path)
 
 
 def test_patches_do_not_outlive_a_call(tmp_path):
-    server, specs = grpc.server, userstate.get_dofn_specs
+    beams = grpc.server, userstate.get_dofn_specs, statesampler.StateSampler
     frame = _frame(500)
     recordforge.convert(frame, tmp_path / "a", beam_args=MULTI_PROCESS, label_column="label")
-    assert grpc.server is server and userstate.get_dofn_specs is specs
+    assert (grpc.server, userstate.get_dofn_specs, statesampler.StateSampler) == beams
     with pytest.raises(errors.ErrorRateExceeded):
         recordforge.convert(frame, tmp_path / "b", label_column="label", max_error_rate=0)
-    assert grpc.server is server and userstate.get_dofn_specs is specs
+    assert (grpc.server, userstate.get_dofn_specs, statesampler.StateSampler) == beams
     recordforge.plan(frame, label_column="label")
-    assert grpc.server is server and userstate.get_dofn_specs is specs
+    assert (grpc.server, userstate.get_dofn_specs, statesampler.StateSampler) == beams
 
 
 def test_a_refused_run_raises_and_writes_no_manifest(tmp_path):

@@ -7,6 +7,7 @@ import sys
 
 import apache_beam
 import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from recordforge import errors
 from recordforge.errors import UsageError
@@ -91,3 +92,34 @@ def test_the_command_refuses_an_untested_beam_in_one_line(tmp_path):
         f"apache-beam=={TESTED_BEAM}.*"
     ]
     assert not output.exists()
+
+
+@pytest.mark.parametrize(
+    "beam_args", [[], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]]
+)
+def test_bundles_are_sampled_at_the_quick_period_in_process_and_in_worker_processes(beam_args):
+    # Beam's sampler at its own period makes every bundle's end wait up to 200 ms for the
+    # sampling thread (internals.STATE_SAMPLING_PERIOD_MS); the run's own bundles must not.
+    from apache_beam.runners.worker import statesampler
+    from apache_beam.testing.util import assert_that, equal_to
+
+    def sampling_period(_):
+        from apache_beam.runners.worker import statesampler
+
+        return statesampler.get_current_tracker().sampling_period_ms
+
+    beam_sampler = statesampler.StateSampler
+    with apache_beam.Pipeline(
+        runner=internals.fn_api_runner(), options=PipelineOptions(beam_args)
+    ) as pipeline:
+        periods = pipeline | apache_beam.Create(range(4)) | apache_beam.Map(sampling_period)
+        assert_that(periods, equal_to([internals.STATE_SAMPLING_PERIOD_MS] * 4))
+    assert statesampler.StateSampler is beam_sampler  # Beam's own again after the run
+    assert internals.STATE_SAMPLING_PERIOD_MS < statesampler.DEFAULT_SAMPLING_PERIOD_MS
+
+
+def test_a_dask_task_samples_at_the_quick_period():
+    from apache_beam.utils.counters import CounterFactory
+
+    sampler = internals.state_sampler("dask-task", CounterFactory())
+    assert sampler.sampling_period_ms == internals.STATE_SAMPLING_PERIOD_MS

@@ -90,8 +90,7 @@ _BEAM_NAMES = {
     "DaskGroupAlsoByWindow": ("apache_beam.runners.dask.overrides", "_GroupAlsoByWindow"),
     "DaskFlattenTransform": ("apache_beam.runners.dask.overrides", "_Flatten"),
     # pipelines/dask_metrics.py: a Dask bundle's counters land in a container the runner reads,
-    # found through the thread's state sampler as on Beam's own workers.
-    "StateSampler": ("apache_beam.runners.worker.statesampler", "StateSampler"),
+    # found through the thread's state sampler (state_sampler below) as on Beam's own workers.
     "CounterFactory": ("apache_beam.utils.counters", "CounterFactory"),
 }
 
@@ -161,7 +160,73 @@ def import_sdk_worker():
     """Beam's SDK worker module (imported by the fork server before it forks workers)."""
     from apache_beam.runners.worker import sdk_worker_main
 
+    install_quick_state_sampler()  # for good: the process is a worker of recordforge's
     return sdk_worker_main
+
+
+# Beam's state sampler times each step of a bundle (Beam's msecs metrics) from a thread that
+# sleeps between samples, the sleeps growing to its period (200 ms by default); stopping it at
+# the end of every bundle joins that thread, so waits out the sleep in progress
+# (statesampler_fast.pyx: StateSampler.stop), on average half a period for a bundle longer
+# than a second (docs/performance.md, "The end of every bundle"). Sampled at this period,
+# a bundle ends within it.
+STATE_SAMPLING_PERIOD_MS = 10
+
+
+@functools.cache
+def _state_sampler_classes() -> tuple[type, type]:
+    """Beam's state sampler, and QuickStateSampler (Beam's at STATE_SAMPLING_PERIOD_MS)."""
+    _require_tested_beam()
+    from apache_beam.runners.worker import statesampler
+
+    beam_sampler = statesampler.StateSampler
+
+    class QuickStateSampler(beam_sampler):
+        def __init__(
+            self, prefix, counter_factory, sampling_period_ms=STATE_SAMPLING_PERIOD_MS
+        ) -> None:
+            super().__init__(prefix, counter_factory, sampling_period_ms)
+
+    return beam_sampler, QuickStateSampler
+
+
+def install_quick_state_sampler() -> None:
+    """Make the bundle processors Beam creates in this process (and in processes forked from
+    it) sample at STATE_SAMPLING_PERIOD_MS: they look `statesampler.StateSampler` up when one
+    is created (bundle_processor.BundleProcessor.__init__)."""
+    from apache_beam.runners.worker import statesampler
+
+    statesampler.StateSampler = _state_sampler_classes()[1]
+
+
+_samplers_lock = threading.Lock()
+_samplers_users = 0
+
+
+@contextlib.contextmanager
+def quick_state_samplers() -> Iterator[None]:
+    """While any FnApiRunner run of recordforge's lasts, its in-process bundles are sampled at
+    STATE_SAMPLING_PERIOD_MS (install_quick_state_sampler); Beam's sampler is back after."""
+    global _samplers_users
+    from apache_beam.runners.worker import statesampler
+
+    with _samplers_lock:
+        if _samplers_users == 0:
+            install_quick_state_sampler()
+        _samplers_users += 1
+    try:
+        yield
+    finally:
+        with _samplers_lock:
+            _samplers_users -= 1
+            if _samplers_users == 0:
+                statesampler.StateSampler = _state_sampler_classes()[0]
+
+
+def state_sampler(prefix: str, counter_factory):
+    """A state sampler of its own (a Dask task's): Beam's, stopping within
+    STATE_SAMPLING_PERIOD_MS."""
+    return _state_sampler_classes()[1](prefix, counter_factory)
 
 
 @functools.cache
@@ -178,9 +243,10 @@ def _lean_workers_fn_api_runner_class() -> type:
         """
 
         def run_via_runner_api(self, pipeline_proto, options):
-            if not use_recordforge_workers(pipeline_proto) or not FORK_WORKERS:
-                return super().run_via_runner_api(pipeline_proto, options)
-            with forked_workers():
+            with contextlib.ExitStack() as run:
+                run.enter_context(quick_state_samplers())
+                if use_recordforge_workers(pipeline_proto) and FORK_WORKERS:
+                    run.enter_context(forked_workers())
                 return super().run_via_runner_api(pipeline_proto, options)
 
     _forked_worker_handler_class()
