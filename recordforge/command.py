@@ -232,7 +232,8 @@ def main() -> int:
         worker_forks.prestart(fork_server_command())
     try:
         try:
-            from recordforge.pipelines.cli import main as cli_main
+            with lean_imports.loading_without_collections():
+                from recordforge.pipelines.cli import main as cli_main
         except Stopped as stop:
             print(
                 f"recordforge: stopped by {stop.name} before starting; nothing was written",

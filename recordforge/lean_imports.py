@@ -15,9 +15,11 @@ or inside a CSV file.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib.abc
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 # Each top-level name refuses its submodules too. Where Beam imports each, inside try blocks:
 _CONNECTORS = (
@@ -66,3 +68,25 @@ def unused_by_command(argv: Sequence[str]) -> tuple[str, ...]:
     if any("dataflow" in arg.lower() for arg in argv):
         return _CONNECTORS + _DATAFRAMES
     return UNUSED_IN_WORKERS
+
+
+@contextlib.contextmanager
+def loading_without_collections() -> Iterator[None]:
+    """Load modules with the garbage collector off, then freeze what was loaded.
+
+    Loading Beam makes hundreds of thousands of objects and no garbage, and the collector
+    walks them again at every collection of its older generations: most of the collector's
+    time in a run is spent while modules load (docs/performance.md, "Start-up: the garbage
+    collector"). After the block, everything alive is moved out of every later collection
+    (`gc.freeze`): modules live as long as the process, and in the workers' fork server the
+    forked children then leave those pages shared (CPython's gc docs recommend it before a
+    fork). For recordforge's own processes only, as `refuse`.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if was_enabled:
+            gc.enable()

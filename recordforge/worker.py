@@ -15,22 +15,22 @@ import importlib
 import pkgutil
 import sys
 
-from recordforge.lean_imports import UNUSED_IN_WORKERS, refuse
+from recordforge.lean_imports import UNUSED_IN_WORKERS, loading_without_collections, refuse
 from recordforge.worker_forks import FORK_SERVER_FLAG, serve
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     refuse(UNUSED_IN_WORKERS)
-    from recordforge.transforms.internals import run_sdk_worker
+    with loading_without_collections():
+        from recordforge.transforms.internals import import_sdk_worker, run_sdk_worker
 
+        import_sdk_worker()
+        if FORK_SERVER_FLAG in argv[1:]:
+            _import_transforms()
     if FORK_SERVER_FLAG not in argv[1:]:
         run_sdk_worker(argv)
         return
-    from recordforge.transforms.internals import import_sdk_worker
-
-    import_sdk_worker()
-    _import_transforms()
     serve(lambda: run_sdk_worker([argv[0]]))
 
 

@@ -12,7 +12,7 @@ from recordforge.pipelines import cli
 
 _RUN_AS_PROGRAM = """
 import gc, sys
-from recordforge.pipelines.cli import main
+from recordforge.command import main
 sys.argv = ["recordforge", "--help"]
 try:
     main()
@@ -23,8 +23,9 @@ print(gc.get_freeze_count(), file=sys.stderr)
 
 
 def test_the_program_keeps_the_collector_off_its_startup_objects():
-    # Run as the program (argv from the command line), Beam's ~0.5 M objects from the imports
-    # are frozen: no full collection walks them, and the exit does not free them one by one.
+    # Run as the program, Beam's ~0.5 M objects from the imports are loaded with the collector
+    # off, then frozen: no collection walks them, and the exit does not free them one by one
+    # (lean_imports.loading_without_collections).
     done = subprocess.run(
         [sys.executable, "-c", _RUN_AS_PROGRAM], capture_output=True, text=True, check=True
     )

@@ -86,8 +86,10 @@ def test_a_worker_command_the_user_chose_is_left_alone():
     assert _commands(proto) == {f"{sys.executable} -m my.own.worker".encode()}
 
 
-# The `recordforge` program run in this interpreter; then which refusable modules it loaded.
+# The `recordforge` program run in this interpreter; then which refusable modules it loaded,
+# and whether the modules it loaded were frozen (lean_imports.loading_without_collections).
 _PROGRAM = """
+import gc
 import sys
 from recordforge import command
 from recordforge.lean_imports import UNUSED_IN_WORKERS
@@ -95,7 +97,7 @@ sys.argv = ["recordforge", *sys.argv[1:]]
 code = command.main()
 loaded = sorted({u for u in UNUSED_IN_WORKERS for n in sys.modules
                  if n == u or n.startswith(u + ".")})
-print(code, loaded)
+print(code, loaded, gc.get_freeze_count() > 100_000)
 """
 
 
@@ -117,7 +119,7 @@ def test_the_program_converts_without_the_modules_no_command_uses(tmp_path):
 
     make_image(tmp_path / "photos" / "cats" / "0.jpg", "JPEG", size=(40, 30), seed=0)
     out = tmp_path / "out"
-    assert _program(tmp_path, "convert", tmp_path / "photos", "--output", out) == "0 []"
+    assert _program(tmp_path, "convert", tmp_path / "photos", "--output", out) == "0 [] True"
     assert (out / "dataset_info.json").is_file()
 
 
@@ -127,4 +129,45 @@ def test_the_program_keeps_the_dataflow_client_for_a_dataflow_run(tmp_path):
     line = _program(
         tmp_path, "convert", tmp_path, "--output", "gs://b/out", "--runner", "DataflowRunner"
     )
-    assert line == "2 ['google.cloud.dataflow', 'google.cloud.dataflow_v1beta3']", line
+    assert line == "2 ['google.cloud.dataflow', 'google.cloud.dataflow_v1beta3'] True", line
+
+
+# Loading inside the block: no collection runs, what it made is frozen, the collector is as
+# it was (checked in a process of its own: freezing in this one would keep pytest's garbage).
+_LOADING = """
+import gc
+from recordforge.lean_imports import loading_without_collections
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info))
+{before}
+with loading_without_collections():
+    import apache_beam.runners.worker.sdk_worker_main
+    inside = len(collections)
+print(inside, gc.get_freeze_count() > 100_000, gc.isenabled())
+"""
+
+
+def test_modules_load_without_collections_and_are_frozen_after():
+    for before, enabled_after in (("", "True"), ("gc.disable()", "False")):
+        result = subprocess.run(
+            [sys.executable, "-c", _LOADING.format(before=before)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == ["0", "True", enabled_after]
+
+
+def test_worker_processes_start_with_the_modules_they_loaded_frozen():
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    def frozen(_):
+        import gc
+
+        return gc.get_freeze_count() > 100_000
+
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    with beam.Pipeline(runner=internals.fn_api_runner(), options=options) as pipeline:
+        assert_that(pipeline | beam.Create([1, 2]) | beam.Map(frozen), equal_to([True, True]))
