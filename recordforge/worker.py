@@ -22,13 +22,14 @@ from recordforge.worker_forks import FORK_SERVER_FLAG, serve
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     refuse(UNUSED_IN_WORKERS)
+    fork_server = FORK_SERVER_FLAG in argv[1:]
     with loading_without_collections():
         from recordforge.transforms.internals import import_sdk_worker, run_sdk_worker
 
         import_sdk_worker()
-        if FORK_SERVER_FLAG in argv[1:]:
+        if fork_server:
             _import_transforms()
-    if FORK_SERVER_FLAG not in argv[1:]:
+    if not fork_server:
         run_sdk_worker(argv)
         return
     serve(lambda: run_sdk_worker([argv[0]]))

@@ -164,6 +164,32 @@ def import_sdk_worker():
     return sdk_worker_main
 
 
+class _ReplacedWhileRunsLast:
+    """`module.name` replaced by `replacement` while any run holds it (a run enters the
+    object's `held()`), the original back once the last run ends: runs may overlap (threads of
+    one process), and a run that ended must leave no replacement behind."""
+
+    def __init__(self, module, name: str, replacement) -> None:
+        self._module, self._name, self._replacement = module, name, replacement
+        self._original = getattr(module, name)
+        self._lock = threading.Lock()
+        self._users = 0
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._lock:
+            if self._users == 0:
+                setattr(self._module, self._name, self._replacement)
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    setattr(self._module, self._name, self._original)
+
+
 # Beam's state sampler times each step of a bundle (Beam's msecs metrics) from a thread that
 # sleeps between samples, the sleeps growing to its period (200 ms by default); stopping it at
 # the end of every bundle joins that thread, so waits out the sleep in progress
@@ -174,59 +200,42 @@ STATE_SAMPLING_PERIOD_MS = 10
 
 
 @functools.cache
-def _state_sampler_classes() -> tuple[type, type]:
-    """Beam's state sampler, and QuickStateSampler (Beam's at STATE_SAMPLING_PERIOD_MS)."""
+def _quick_state_sampler_class() -> type:
     _require_tested_beam()
     from apache_beam.runners.worker import statesampler
 
-    beam_sampler = statesampler.StateSampler
+    class QuickStateSampler(statesampler.StateSampler):
+        """Beam's state sampler, at STATE_SAMPLING_PERIOD_MS unless told otherwise."""
 
-    class QuickStateSampler(beam_sampler):
         def __init__(
             self, prefix, counter_factory, sampling_period_ms=STATE_SAMPLING_PERIOD_MS
         ) -> None:
             super().__init__(prefix, counter_factory, sampling_period_ms)
 
-    return beam_sampler, QuickStateSampler
+    return QuickStateSampler
+
+
+@functools.cache
+def _quick_samplers_while_runs() -> _ReplacedWhileRunsLast:
+    """`statesampler.StateSampler`, which `bundle_processor.BundleProcessor` looks up when it
+    is made, as QuickStateSampler while a run of recordforge's FnApiRunner lasts."""
+    from apache_beam.runners.worker import statesampler
+
+    return _ReplacedWhileRunsLast(statesampler, "StateSampler", _quick_state_sampler_class())
 
 
 def install_quick_state_sampler() -> None:
-    """Make the bundle processors Beam creates in this process (and in processes forked from
-    it) sample at STATE_SAMPLING_PERIOD_MS: they look `statesampler.StateSampler` up when one
-    is created (bundle_processor.BundleProcessor.__init__)."""
+    """For good, in a process that is recordforge's worker (and the processes forked from it):
+    the bundle processors Beam creates sample at STATE_SAMPLING_PERIOD_MS."""
     from apache_beam.runners.worker import statesampler
 
-    statesampler.StateSampler = _state_sampler_classes()[1]
-
-
-_samplers_lock = threading.Lock()
-_samplers_users = 0
-
-
-@contextlib.contextmanager
-def quick_state_samplers() -> Iterator[None]:
-    """While any FnApiRunner run of recordforge's lasts, its in-process bundles are sampled at
-    STATE_SAMPLING_PERIOD_MS (install_quick_state_sampler); Beam's sampler is back after."""
-    global _samplers_users
-    from apache_beam.runners.worker import statesampler
-
-    with _samplers_lock:
-        if _samplers_users == 0:
-            install_quick_state_sampler()
-        _samplers_users += 1
-    try:
-        yield
-    finally:
-        with _samplers_lock:
-            _samplers_users -= 1
-            if _samplers_users == 0:
-                statesampler.StateSampler = _state_sampler_classes()[0]
+    statesampler.StateSampler = _quick_state_sampler_class()
 
 
 def state_sampler(prefix: str, counter_factory):
     """A state sampler of its own (a Dask task's): Beam's, stopping within
     STATE_SAMPLING_PERIOD_MS."""
-    return _state_sampler_classes()[1](prefix, counter_factory)
+    return _quick_state_sampler_class()(prefix, counter_factory)
 
 
 @functools.cache
@@ -244,7 +253,7 @@ def _lean_workers_fn_api_runner_class() -> type:
 
         def run_via_runner_api(self, pipeline_proto, options):
             with contextlib.ExitStack() as run:
-                run.enter_context(quick_state_samplers())
+                run.enter_context(_quick_samplers_while_runs().held())
                 if use_recordforge_workers(pipeline_proto) and FORK_WORKERS:
                     run.enter_context(forked_workers())
                 return super().run_via_runner_api(pipeline_proto, options)
@@ -432,8 +441,6 @@ def _user_metrics(infos) -> list:
 
 # Worker handlers (by id) of bundles running now -> the run's _RunningBundles.
 _REPORTING_HANDLERS: dict[int, _RunningBundles] = {}
-_requesters_lock = threading.Lock()
-_requesters_users = 0
 
 
 @functools.cache
@@ -463,22 +470,11 @@ def _live_fn_api_runner_class() -> type:
             if self._bundles is not None:
                 self._bundles.ended(self._instruction_id)
 
-    @contextlib.contextmanager
-    def requesters_reporting() -> Iterator[None]:
-        """While any live run lasts, Beam's bundle managers use ReportingProgressRequester
-        (the name they look up when a bundle starts); for other runs it acts as Beam's."""
-        global _requesters_users
-        with _requesters_lock:
-            if _requesters_users == 0:
-                fn_runner.ProgressRequester = ReportingProgressRequester
-            _requesters_users += 1
-        try:
-            yield
-        finally:
-            with _requesters_lock:
-                _requesters_users -= 1
-                if _requesters_users == 0:
-                    fn_runner.ProgressRequester = beam_requester
+    # While any live run lasts, Beam's bundle managers use ReportingProgressRequester (the
+    # name they look up when a bundle starts); for other runs it acts as Beam's.
+    requesters_reporting = _ReplacedWhileRunsLast(
+        fn_runner, "ProgressRequester", ReportingProgressRequester
+    ).held
 
     class InProcessPoller:
         """Asks in-process workers for the progress of the bundles they run, from a thread.

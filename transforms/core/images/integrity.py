@@ -259,18 +259,17 @@ class _ScanEnds:
             if not len(rest) or not rest[found]:
                 return None
             position = offset + found
-            if not _steps_over(int(self._bytes[position + 1])):
+            if not _STEPPED_OVER[self._bytes[position + 1]]:
                 return position
             offset = position + 1
         positions = np.flatnonzero(self._candidates[offset:]) + offset
-        following = self._bytes[positions + 1]
-        ends = positions[((following < 0xD0) | (following > 0xD7)) & (following != 0xFF)]
+        ends = positions[~_STEPPED_OVER[self._bytes[positions + 1]]]
         return int(ends[0]) if len(ends) else None
 
 
-def _steps_over(following: int) -> bool:
-    """Whether 0xFF then this byte lies inside a scan's data: a restart marker or a fill byte."""
-    return 0xD0 <= following <= 0xD7 or following == 0xFF
+# The bytes after a 0xFF that leave it inside a scan's data: restart markers and fill bytes.
+_STEPPED_OVER = np.zeros(256, dtype=bool)
+_STEPPED_OVER[0xD0:0xD8] = _STEPPED_OVER[0xFF] = True
 
 
 # --- GIF, WebP, BMP ----------------------------------------------------------------------------
