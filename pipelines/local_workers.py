@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recordforge.transforms.core.files.filenames import absolute_local_path, to_os
+from recordforge.transforms.core.files.paths import is_compressed_csv
 from recordforge.transforms.core.files.walk import FILE, walk_pattern
 
 if TYPE_CHECKING:
@@ -94,9 +95,6 @@ def _workers_for(patterns: tuple[str, ...], cores: int | None, remember: bool) -
     return max(1, _count_for(found, cores))
 
 
-# Compressed tables: read whole, by one worker each (transforms/core/tables/ranges.py).
-_READ_WHOLE = ".gz"
-
 # The count `workers_for_folders(remember=True)` made, until the choice takes it.
 _remembered: dict[tuple[tuple[str, ...], int], int] = {}
 
@@ -117,7 +115,7 @@ def input_bytes(patterns: Sequence[str], up_to: int) -> int:
     total = 0
     for pattern in patterns:
         for entry in walk_pattern(pattern):
-            if entry.kind != FILE or entry.path.lower().endswith(_READ_WHOLE):
+            if entry.kind != FILE or is_compressed_csv(entry.path):
                 continue
             try:
                 total += os.stat(to_os(entry.path)).st_size

@@ -20,7 +20,7 @@ from recordforge.schemas.csv.schema import CsvSchema
 from recordforge.schemas.features import FeatureTally
 from recordforge.transforms.combiners import TallyCombineFn
 from recordforge.transforms.core.errors import InputChanged, InputError
-from recordforge.transforms.core.files.paths import relative_path
+from recordforge.transforms.core.files.paths import is_compressed_csv, relative_path
 from recordforge.transforms.core.planning.labels import (
     LabelMap,
     LabelTally,
@@ -170,7 +170,7 @@ class _SplitCsvFn(beam.DoFn):
             yield source, path, part
 
     def _ranges(self, path: str) -> tuple[CsvRange, ...]:
-        if path.lower().endswith(".gz"):  # a gzip stream cannot be entered at an offset
+        if is_compressed_csv(path):
             return (WHOLE,)
         try:
             with open_csv(path) as opened:

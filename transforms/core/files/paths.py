@@ -50,6 +50,12 @@ def is_csv(path: str) -> bool:
     return path.lower().endswith(CSV_SUFFIXES)
 
 
+def is_compressed_csv(path: str) -> bool:
+    """Whether a CSV file is a gzip stream (by its name), which cannot be entered at an offset:
+    it is read whole, by one worker, never split into ranges."""
+    return path.lower().endswith(".gz")
+
+
 def resolve_reference(reference: str, base_folder: str) -> str:
     """A path written in a CSV cell, resolved against the CSV's folder unless it is absolute.
 
