@@ -56,7 +56,7 @@ ROOT = "gs://example-datasets/imagenet/train"
 # Stage → the unique-name suffix of the transform whose input (or output) PCollection it is.
 SHUFFLED = {
     "spread candidates (Reshuffle)": "SpreadImageOpens/ReshufflePerKey/GroupByKey",
-    "bucket totals (combine)": "PlanShards/SumTotals/CombinePerKey/GroupByKey",
+    "bucket totals (combine)": "Tallies/Combine/CombinePerKey/GroupByKey",
     "records of cut buckets": "PlanShards/SettleCutBuckets/GroupCutBuckets",
     "pieces by shard": "WriteShards/GroupByShard",
     "commit results (combine)": "Commit/GatherResults/CombinePerKey/GroupByKey",
@@ -228,7 +228,10 @@ def _largest_elements(report, layouts, coders, per_record, labels, classes, work
         "layouts side input (to every worker)": len(coders["layouts"].encode(layouts)),
         "labels side input (to every worker)": len(coders["labels"].encode(labels)),
         "bucket totals accumulator (with the fine totals)": report["held"]["buckets_with_totals"]
-        and len(coders["bucket totals (combine)"].encode((None, _totals_like(report)))),
+        and len(
+            # The plan's totals share the tallies' combine: its accumulator holds them by name.
+            coders["bucket totals (combine)"].encode((None, {"PlanTotals": _totals_like(report)}))
+        ),
         "a batch of RecordRefs (IMAGE_BATCH records)": round(
             per_record["records, materialised until the layouts exist"] * IMAGE_BATCH
         ),

@@ -17,6 +17,7 @@ from conftest import make_image
 
 from recordforge.schemas import codec
 from recordforge.transforms.build import BuildRecords, CollectLabels
+from recordforge.transforms.combiners import CombineTogether
 from recordforge.transforms.core.planning.keys import order_key
 from recordforge.transforms.core.planning.sharding import ShardingConfig, assign_all
 from recordforge.transforms.core.records import (
@@ -35,7 +36,7 @@ from recordforge.transforms.core.records import (
 )
 from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES, frame_record
 from recordforge.transforms.discover import ListInputs
-from recordforge.transforms.shard import PlanShards
+from recordforge.transforms.shard import PlanShards, plan_totals_of
 from recordforge.transforms.write import _WriteShardFn, publish
 
 
@@ -109,8 +110,9 @@ def test_take_pieces_gives_the_pieces_take_piece_gives():
     assert refs_of(pieces[0]) == [refs[5], refs[3]]
 
 
+@pytest.mark.parametrize("shared_combine", [False, True], ids=["own-combine", "summed-together"])
 @pytest.mark.parametrize("batch_size", [1, 37, 1000])
-def test_plan_shards_assigns_every_record_once_and_balanced(batch_size):
+def test_plan_shards_assigns_every_record_once_and_balanced(batch_size, shared_combine):
     sizes = [1_000 + (i * 37) % 5_000 for i in range(500)]
     refs = [_ref(i, size) for i, size in enumerate(sizes)] + [_ref(1000, 2_000, "test")]
     batches = [ref_batch(refs[i : i + batch_size]) for i in range(0, len(refs), batch_size)]
@@ -138,13 +140,55 @@ def test_plan_shards_assigns_every_record_once_and_balanced(batch_size):
         assert [r.size for r in per_shard[("test", 0)]] == [2_000]
 
     with pipeline() as p:
-        planned = p | beam.Create(batches) | PlanShards(config, ("train", "validation", "test"))
+        records = p | beam.Create(batches)
+        summed = None
+        if shared_combine:  # as a conversion does: the totals beside another tally
+            summed = (
+                p
+                | CombineTogether(
+                    {
+                        "Records": (records | beam.Map(lambda batch: batch.num_rows), sum),
+                        "PlanTotals": plan_totals_of(records),
+                    }
+                )
+            )["PlanTotals"]
+        planned = records | PlanShards(
+            config, ("train", "validation", "test"), summed_totals=summed
+        )
         assert_that(planned["assigned"], check)
         counts = planned["layouts"] | beam.Map(
             lambda layouts: {split: layout.plan.num_shards for split, layout in layouts.items()}
         )
         # train: ~1.75 MB for 2 hosts is 87 KB per shard at 10 per host, within 50–100 KB: 20.
         assert_that(counts, equal_to([{"train": 20, "validation": 0, "test": 1}]), label="Layouts")
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_plan_totals_cross_into_the_combine_once_per_bundle_not_per_batch(workers):
+    # A batch's totals are megabytes (its bucket totals): what reaches the combine must be one
+    # partial sum per bundle, however many batches the bundle held.
+    refs = [_ref(i, 1_000 + (i * 37) % 5_000) for i in range(600)]
+    batches = [ref_batch(refs[i : i + 10]) for i in range(0, len(refs), 10)]
+    options = beam.options.pipeline_options.PipelineOptions(
+        [f"--direct_num_workers={workers}", "--direct_running_mode=multi_threading"]
+    )
+    with beam.Pipeline(runner=FnApiRunner(), options=options) as p:
+        partial, sum_totals = plan_totals_of(p | beam.Create(batches))
+        assert_that(
+            partial | beam.combiners.Count.Globally(),
+            lambda counts: _assert(1 <= counts[0] <= workers, counts),
+            label="OnePerBundle",
+        )
+        summed = partial | beam.CombineGlobally(sum_totals)
+        assert_that(
+            summed | beam.Map(lambda totals: int(totals[0]["train"][0].sum())),
+            equal_to([len(refs)]),
+            label="EveryRecordCounted",
+        )
+
+
+def _assert(condition: bool, shown) -> None:
+    assert condition, shown
 
 
 def test_build_records_labels_splits_and_exact_sizes(tmp_path):

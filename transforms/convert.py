@@ -26,7 +26,7 @@ from recordforge.transforms.core.reports.statistics import ErrorSample
 from recordforge.transforms.core.tables.receipts import CsvLedger
 from recordforge.transforms.discover import CSV_FILES, IGNORED, RECEIPTS, ListInputs
 from recordforge.transforms.probe import ProbeImages
-from recordforge.transforms.shard import PlanShards
+from recordforge.transforms.shard import PlanShards, plan_totals_of
 from recordforge.transforms.staging import Staging, default_staging
 from recordforge.transforms.table import BLOCKS, PlaceTable, ReadTable
 from recordforge.transforms.write import ImageChecks, WriteErrors, WriteShards, write_atomically
@@ -168,6 +168,7 @@ class _Planned(beam.PTransform):
         tallies = {
             "Inputs": _input_tallies(counted, read_errors, early_errors, listed[IGNORED]),
             "Features": (built[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
+            "PlanTotals": plan_totals_of(built["records"]),
         }
         if config.csv_schema is not None:
             tallies["CsvFiles"] = _csv_ledger_inputs(listed[CSV_FILES], receipts)
@@ -180,7 +181,10 @@ class _Planned(beam.PTransform):
             )
         tally = combined["Features"]
         planned = built["records"] | "PlanShards" >> PlanShards(
-            config.sharding, config.configured_splits, assign=self._assign and not tabular
+            config.sharding,
+            config.configured_splits,
+            assign=self._assign and not tabular,
+            summed_totals=combined["PlanTotals"],
         )
         assigned = planned.get("assigned")
         if tabular and self._assign:

@@ -24,6 +24,7 @@ from recordforge.transforms.core.planning.placement import (
     whole_shards_of,
 )
 from recordforge.transforms.core.planning.sharding import ShardingConfig, SplitLayout
+from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import count_planned
 
 CUT = "cut"
@@ -41,19 +42,31 @@ class PlanShards(beam.PTransform):
             even when it received no records.
     """
 
-    def __init__(self, config: ShardingConfig, splits: Sequence[str], assign: bool = True) -> None:
+    def __init__(
+        self,
+        config: ShardingConfig,
+        splits: Sequence[str],
+        assign: bool = True,
+        summed_totals=None,
+    ) -> None:
+        """`summed_totals`: a PCollection holding the one sum of `plan_totals_of(batches)`, for
+        a caller that sums them in a global combine of its own (CombineTogether); without it
+        PlanShards runs that combine itself."""
         super().__init__()
         self._config = config
         self._splits = tuple(splits)
         self._assign = assign
+        self._summed_totals = summed_totals
 
     def expand(self, batches):
+        summed = self._summed_totals
+        if summed is None:
+            totals, sum_totals = plan_totals_of(batches)
+            summed = totals | "SumTotals" >> beam.CombineGlobally(sum_totals)
         # {split: SplitLayout}: the only global step, over (3, 65536) bucket totals and 2^20
         # fine bucket byte totals per split.
         layouts = (
-            batches
-            | "BucketTotals" >> beam.Map(plan_totals)
-            | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
+            summed
             | "Layouts" >> beam.Map(plan_layouts, self._config, self._splits)
             | "CountPlanned" >> beam.Map(count_planned)
         )
@@ -88,8 +101,37 @@ class SettleCutBuckets(beam.PTransform):
         )
 
 
+def plan_totals_of(batches):
+    """What planning sums over the records: (a PCollection of partial sums, the CombineFn that
+    sums them), for PlanShards' `summed_totals`, or for CombineTogether beside other tallies.
+
+    The partial sums are one per bundle, summed where the records are made: a batch's totals
+    are megabytes (its (3, 65536) bucket totals), and a combine shared with other tallies
+    takes its inputs through a Flatten, which a runner materializes element by element.
+    """
+    return batches | "BucketTotals" >> beam.ParDo(_BundleTotalsFn()), _SumTotalsFn()
+
+
+class _BundleTotalsFn(beam.DoFn):
+    """Batches → the sum of their `plan_totals`, one per bundle (none for an empty bundle)."""
+
+    def start_bundle(self):
+        self._totals = None
+
+    def process(self, batch: pa.RecordBatch):
+        if self._totals is None:
+            self._totals = _SumTotalsFn().create_accumulator()
+        merge_plan_totals(self._totals, plan_totals(batch))
+
+    def finish_bundle(self):
+        totals, self._totals = self._totals, None
+        if totals is not None:
+            yield in_global_window(totals)
+
+
 class _SumTotalsFn(beam.CombineFn):
-    """Sums `plan_totals`: ({split: (3, NUM_BUCKETS) totals}, FineTotals)."""
+    """Sums `plan_totals`, or partial sums of them: ({split: (3, NUM_BUCKETS) totals},
+    FineTotals)."""
 
     def create_accumulator(self):
         return {}, FineTotals()
