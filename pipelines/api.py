@@ -37,6 +37,7 @@ from recordforge.pipelines.runner import (
     check_runner_reachable,
     chooses_where_it_runs,
     csv_range_bytes,
+    csv_range_multiple,
     flags_of,
     runner_args,
 )
@@ -241,7 +242,11 @@ def run_plan(
     """
     config = cli_options.build_config(args, output=None, tables=tables)
     options = pipeline_options(args, beam_args)
-    config = dataclasses.replace(config, csv_range_bytes=csv_range_bytes(options))
+    config = dataclasses.replace(
+        config,
+        csv_range_bytes=csv_range_bytes(options),
+        csv_range_multiple=csv_range_multiple(options),
+    )
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location
@@ -327,6 +332,7 @@ def prepare_conversion(
         resume=prepared.resuming is not None,
         detached=detached,
         csv_range_bytes=range_bytes,
+        csv_range_multiple=csv_range_multiple(options),
     )
     if config.split_note:
         splits = config.split_note

@@ -311,11 +311,22 @@ def how_it_runs(options: PipelineOptions, chosen: str = "") -> str:
         return f"{how_it_runs(options)} ({chosen})"
     if not uses_default_runner(options):
         return f"on {options.view_as(StandardOptions).runner.rpartition('.')[2]}"
+    workers = local_worker_processes(options)
+    if workers:
+        return f"in {workers} worker processes"
+    return "in this process"
+
+
+def local_worker_processes(options: PipelineOptions) -> int:
+    """How many worker processes the local runner (FnApiRunner) runs the pipeline in; 0 when
+    it runs in this process, or on another runner."""
+    if not uses_default_runner(options):
+        return 0
     direct = options.view_as(DirectOptions)
     workers = direct.direct_num_workers or 1
     if direct.direct_running_mode == "multi_processing" and workers != 1:
-        return f"in {os.cpu_count() if workers == 0 else workers} worker processes"
-    return "in this process"
+        return os.cpu_count() if workers == 0 else workers
+    return 0
 
 
 # How much of a CSV file one worker's task reads when a run has several workers
@@ -347,6 +358,14 @@ def csv_range_bytes(options: PipelineOptions) -> int | None:
     if how_it_runs(options) == "in this process":
         return None
     return CSV_RANGE_BYTES
+
+
+def csv_range_multiple(options: PipelineOptions) -> int:
+    """How many ranges of a split CSV file make a round: the local runner's worker processes,
+    to which FnApiRunner deals a stage's tasks in turn (a file of 17 ranges would give one
+    worker 9 and the other 8, and the run waits for the 9th); 1 on runners that hand tasks to
+    whichever worker is free."""
+    return local_worker_processes(options) or 1
 
 
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:

@@ -46,13 +46,14 @@ def read_whole(data: bytes, block_size: int = 64):
     return [_outcome(item) for item in items]
 
 
-def split(data: bytes, range_bytes: int) -> tuple[CsvRange, ...]:
+def split(data: bytes, range_bytes: int, count_multiple: int = 1) -> tuple[CsvRange, ...]:
     return split_csv(
         io.BytesIO(data),
         delimiter=",",
         header=SCHEMA.expected_header,
         range_bytes=range_bytes,
         stored_size=len(data),
+        count_multiple=count_multiple,
     )
 
 
@@ -109,6 +110,21 @@ def test_ranges_cover_the_file_and_give_the_rows_of_a_whole_reading(range_bytes)
     check_cover(data, ranges)
     assert read_ranges(data, ranges) == read_whole(data)
     assert sum(part.rows for part in ranges) == 60
+
+
+@pytest.mark.parametrize(("multiple", "expected"), [(1, 5), (2, 6), (3, 6), (4, 8), (5, 5)])
+def test_ranges_come_in_a_multiple_of_the_workers_each_given_an_even_share(multiple, expected):
+    data = HEADER + rows(3_000)
+    ranges = split(data, len(data) // 5, count_multiple=multiple)  # 5 ranges asked for
+    assert len(ranges) == expected
+    check_cover(data, ranges)
+    assert read_ranges(data, ranges, block_size=1 << 16) == read_whole(data, block_size=1 << 16)
+    # Even ranges (a cut lands within half a read of its mark), so that dealt out in turn (as
+    # FnApiRunner deals a stage's tasks) each worker reads the same share of the file.
+    sizes = [part.end - part.start for part in ranges]
+    assert max(sizes) - min(sizes) < 0.02 * len(data) / expected, sizes
+    shares = [sum(sizes[k::multiple]) for k in range(multiple)]
+    assert max(shares) - min(shares) < 0.02 * len(data) / multiple, shares
 
 
 def test_a_boundary_is_never_inside_quotes():
@@ -248,7 +264,9 @@ def test_a_range_read_against_a_changed_file_does_not_add_up():
     ranges = split(data, 50)
     changed = data.replace(b"1,1,n1\n", b"1,1,1\n9,9,9\n")  # a row more in the first range
     part = ranges[0]
-    *_, end = read_csv_rows(io.BytesIO(changed[: part.end]), SCHEMA, source_name="f.csv", part=part)
+    # The first range's bytes in the changed file: its end moved by the bytes added.
+    piece = changed[: part.end + len(changed) - len(data)]
+    *_, end = read_csv_rows(io.BytesIO(piece), SCHEMA, source_name="f.csv", part=part)
     assert end.rows != part.rows  # the reader (transforms/table.py) stops the run on this
 
 
@@ -297,8 +315,8 @@ def any_csv(draw) -> bytes:
     return header + b"".join(body)
 
 
-def _any_split_reads_as_one_range(data, range_bytes, block_size):
-    ranges = split(data, range_bytes)
+def _any_split_reads_as_one_range(data, range_bytes, block_size, count_multiple=1):
+    ranges = split(data, range_bytes, count_multiple)
     check_cover(data, ranges)
     whole = read_whole(data, block_size)
     ranged = read_ranges(data, ranges, block_size)
@@ -309,15 +327,15 @@ def _any_split_reads_as_one_range(data, range_bytes, block_size):
         assert ranged == whole
 
 
-_CASES = (any_csv(), st.integers(1, 80), st.sampled_from([64, 1 << 20]))
+_CASES = (any_csv(), st.integers(1, 80), st.sampled_from([64, 1 << 20]), st.integers(1, 4))
 
 
 @settings(
     max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True
 )
 @given(*_CASES)
-def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
-    _any_split_reads_as_one_range(data, range_bytes, block_size)
+def test_property_any_split_reads_as_one_range(data, range_bytes, block_size, count_multiple):
+    _any_split_reads_as_one_range(data, range_bytes, block_size, count_multiple)
 
 
 @pytest.mark.slow
@@ -328,8 +346,10 @@ def test_property_any_split_reads_as_one_range(data, range_bytes, block_size):
     phases=[Phase.generate],
 )
 @given(*_CASES)
-def test_property_any_split_reads_as_one_range_many_cases(data, range_bytes, block_size):
-    _any_split_reads_as_one_range(data, range_bytes, block_size)
+def test_property_any_split_reads_as_one_range_many_cases(
+    data, range_bytes, block_size, count_multiple
+):
+    _any_split_reads_as_one_range(data, range_bytes, block_size, count_multiple)
 
 
 # --- a conversion reading one file in ranges ---------------------------------------------------

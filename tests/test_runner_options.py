@@ -18,7 +18,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 from conftest import is_loopback
 
-from recordforge.pipelines.runner import beam_options, how_it_runs, runner_args
+from recordforge.pipelines.runner import (
+    beam_options,
+    csv_range_multiple,
+    how_it_runs,
+    runner_args,
+)
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.internals import dofns_inspected_once
 
@@ -127,6 +132,19 @@ def test_workers_mistakes_are_usage_errors(runner, workers, beam_args, phrase):
 )
 def test_how_it_runs_in_words(args, how):
     assert how_it_runs(PipelineOptions(args)) == how
+
+
+@pytest.mark.parametrize(
+    ("args", "multiple"),
+    [
+        ([], 1),
+        (["--direct_num_workers=3", "--direct_running_mode=multi_processing"], 3),
+        (["--direct_num_workers=2"], 1),
+        ([f"--runner={DASK}"], 1),  # Dask hands tasks to whichever worker is free
+    ],
+)
+def test_a_split_csv_files_ranges_come_in_rounds_of_the_local_worker_processes(args, multiple):
+    assert csv_range_multiple(PipelineOptions(args)) == multiple
 
 
 def test_unknown_runner_lists_the_known_ones():

@@ -78,6 +78,9 @@ class ConvertConfig:
         csv_range_bytes: uncompressed CSV files (tables without images) larger than this are
             split into ranges of about this size, each read by whichever worker gets it; None
             reads each file whole, in one task. It changes no output byte.
+        csv_range_multiple: a split file's ranges come in a multiple of this many: the local
+            runner's worker processes, each then given an even share (FnApiRunner deals a
+            stage's tasks out in turn). It changes no output byte either.
     """
 
     sources: tuple[Source, ...]
@@ -109,6 +112,7 @@ class ConvertConfig:
     resume: bool = False
     detached: bool = False
     csv_range_bytes: int | None = None
+    csv_range_multiple: int = 1
 
     @property
     def staged(self) -> Staging:
@@ -251,6 +255,7 @@ class _Planned(beam.PTransform):
             with_examples=False,
             spill_dir=config.staged.spill if self._assign else None,
             range_bytes=config.csv_range_bytes,
+            range_multiple=config.csv_range_multiple,
         )
         return built, built["labels"]
 

@@ -85,6 +85,8 @@ class ReadTable(beam.PTransform):
     With `range_bytes`, each uncompressed file larger than that is first split into ranges of
     about that size (SplitCsvFiles: one sequential pass over the file's bytes, see
     core.tables.ranges), and each range is a task of its own; else each file is one task.
+    `range_multiple`: a split file's ranges come in a multiple of this many (the local runner's
+    worker processes, which it deals tasks to in turn).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class ReadTable(beam.PTransform):
         with_examples: bool = True,
         spill_dir: str | None = None,
         range_bytes: int | None = None,
+        range_multiple: int = 1,
     ) -> None:
         super().__init__()
         self._args = (schema, roles, tuple(splits), salt)
@@ -106,6 +109,7 @@ class ReadTable(beam.PTransform):
         self._with_examples = with_examples or spill_dir is not None
         self._spill_dir = spill_dir
         self._range_bytes = range_bytes
+        self._range_multiple = range_multiple
 
     def expand(self, csv_files):
         schema, roles, splits, salt = self._args
@@ -116,7 +120,8 @@ class ReadTable(beam.PTransform):
             # Then one range per task: the ranges of a large file spread over workers.
             files = (
                 files
-                | "SplitCsvFiles" >> beam.ParDo(_SplitCsvFn(schema, self._range_bytes))
+                | "SplitCsvFiles"
+                >> beam.ParDo(_SplitCsvFn(schema, self._range_bytes, self._range_multiple))
                 | "SpreadCsvRanges" >> beam.Reshuffle()
             )
         else:
@@ -159,10 +164,11 @@ class _SplitCsvFn(beam.DoFn):
     """(Source, CSV path) → (Source, path, CsvRange) for each range of the file (one, WHOLE,
     for a file not split: see core.tables.ranges)."""
 
-    def __init__(self, schema: CsvSchema, range_bytes: int) -> None:
+    def __init__(self, schema: CsvSchema, range_bytes: int, range_multiple: int = 1) -> None:
         self._delimiter = schema.delimiter
         self._header = schema.expected_header
         self._range_bytes = range_bytes
+        self._range_multiple = range_multiple
 
     def process(self, file: tuple):
         source, path = file
@@ -181,6 +187,7 @@ class _SplitCsvFn(beam.DoFn):
                     delimiter=self._delimiter,
                     header=self._header,
                     range_bytes=self._range_bytes,
+                    count_multiple=self._range_multiple,
                     stored_size=opened.stored_size,
                 )
         except (InputError, *STORAGE_ERRORS):

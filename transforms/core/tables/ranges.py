@@ -86,6 +86,7 @@ def split_csv(
     range_bytes: int,
     stored_size: int,
     max_record_bytes: int = MAX_RECORD_BYTES,
+    count_multiple: int = 1,
 ) -> tuple[CsvRange, ...]:
     """The ranges of an uncompressed CSV file, about `range_bytes` each, in file order.
 
@@ -97,6 +98,9 @@ def split_csv(
             cut into about stored_size / range_bytes ranges of even sizes.
         stored_size: the file's size: the last range ends there.
         max_record_bytes: the reader's limit on a record (a larger one stops the file).
+        count_multiple: cut the file into a multiple of this many ranges (rounded up), where
+            it holds enough records: a runner that deals tasks out round-robin to this many
+            workers then gives each the same share of the file.
 
     Returns:
         (WHOLE,) when the file is not to be split (see the module docstring); else ranges that
@@ -110,8 +114,12 @@ def split_csv(
     head = bytearray()  # the start of the file, until it holds the header
     window, window_start = b"", 0  # the bytes read last, a few before them, and their offset
     fed = 0
+    # A record end found too near the end of a read to tell whether a range may start there:
+    # (offset, records before it), told after the next read.
+    pending: tuple[int, int] | None = None
     # Even ranges, so that workers sharing a file get even shares of it.
     count = max(1, round(stored_size / range_bytes))
+    count = -(-count // count_multiple) * count_multiple
     step = stored_size / count
     read_bytes = max(1, min(_READ_BYTES, int(step) // 8))
     while True:
@@ -133,12 +141,23 @@ def split_csv(
                 head = bytearray()
         if fed - scanner.boundary > max_record_bytes:  # as RecordStream measures a record
             return (WHOLE,)
+        if pending is not None and pending[0] + len(_BOM) <= fed:
+            # Cut there, not a read later: the ranges keep their even sizes.
+            previous = _cut_after(window, window_start, pending[0], fed)
+            if previous is not None:
+                cuts.append((*pending, previous))
+            pending = None
         at = scanner.boundary
         before = cuts[-1] if cuts else (0, 1, -1)
-        if fields and at >= step * (len(cuts) + 1) and scanner.records > before[1]:
+        # The last record end of a read after a range's mark: up to a read past the mark, so
+        # marks are half a read early and cuts fall around multiples of `step`.
+        mark = step * (len(cuts) + 1) - read_bytes / 2
+        if fields and len(cuts) < count - 1 and at >= mark and scanner.records > before[1]:
             previous = _cut_after(window, window_start, at, fed)
             if previous is not None:
                 cuts.append((at, scanner.records, previous))
+            elif at + len(_BOM) > fed:
+                pending = (at, scanner.records)
     if fed != stored_size:
         return (WHOLE,)  # the file changed as it was read: its reading will tell
     if window[-1:] not in (b"\n", b"\r", b""):
