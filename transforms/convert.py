@@ -172,8 +172,12 @@ class _Planned(beam.PTransform):
         tallies = {
             "Inputs": _input_tallies(counted, read_errors, early_errors, listed[IGNORED]),
             "Features": (built[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
-            "PlanTotals": plan_totals_of(built["records"]),
         }
+        if not tabular:
+            # A file's totals are a few bytes: they share the tallies' combine (two stages
+            # fewer). A table's fill up to 8 MiB per split, which the shared combine's Flatten
+            # would move between runner and workers once more than PlanShards' own combine.
+            tallies["PlanTotals"] = plan_totals_of(built["records"])
         if config.csv_schema is not None:
             tallies["CsvFiles"] = _csv_ledger_inputs(listed[CSV_FILES], receipts)
         combined = pbegin | "Tallies" >> CombineTogether(tallies)
@@ -188,7 +192,7 @@ class _Planned(beam.PTransform):
             config.sharding,
             config.configured_splits,
             assign=self._assign and not tabular,
-            summed_totals=combined["PlanTotals"],
+            summed_totals=combined.get("PlanTotals"),
         )
         assigned = planned.get("assigned")
         if tabular and self._assign:

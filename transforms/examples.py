@@ -41,7 +41,7 @@ from recordforge.transforms.core.tfrecord.serialized import SerializedRecords, s
 from recordforge.transforms.internals import in_global_window
 from recordforge.transforms.progress import Progress
 from recordforge.transforms.remote_reads import open_file
-from recordforge.transforms.shard import PlanShards, plan_totals_of
+from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.spill import SpillWriter
 from recordforge.transforms.staging import Staging, default_staging
 from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
@@ -150,8 +150,16 @@ class WriteExamples(beam.PTransform):
         #   blocks: SpilledPiece, the same RecordRefs whole, parked in a spill file;
         #   errors: ErrorRecord; tally: FeatureTally, one per file or bundle.
         parked = pvalue | "Park" >> self._park
-        # One global combine for the tallies and the plan's totals (a combine costs a stage or
-        # two).
+        # → {split: SplitLayout}, one element.
+        layouts = (
+            parked["records"]
+            | "PlanShards" >> PlanShards(config.sharding, config.configured_splits, assign=False)
+        )["layouts"]
+        # → ((split, shard), RefPiece | SpilledPiece): a shard's records, a piece per block.
+        assigned = parked[BLOCKS] | "PlaceRecords" >> PlaceTable(
+            layouts=layouts, spill_dir=config.spill_dir
+        )
+        # One global combine for both tallies below (a combine costs a stage or two).
         combined = pipeline | "Tallies" >> CombineTogether(
             {
                 "Features": (parked[TALLY], TallyCombineFn(FeatureTally, FeatureTally.merge)),
@@ -163,23 +171,7 @@ class WriteExamples(beam.PTransform):
                     ),
                     beam.combiners.TupleCombineFn(sum, sum),
                 ),
-                "PlanTotals": plan_totals_of(parked["records"]),
             }
-        )
-        # → {split: SplitLayout}, one element.
-        layouts = (
-            parked["records"]
-            | "PlanShards"
-            >> PlanShards(
-                config.sharding,
-                config.configured_splits,
-                assign=False,
-                summed_totals=combined["PlanTotals"],
-            )
-        )["layouts"]
-        # → ((split, shard), RefPiece | SpilledPiece): a shard's records, a piece per block.
-        assigned = parked[BLOCKS] | "PlaceRecords" >> PlaceTable(
-            layouts=layouts, spill_dir=config.spill_dir
         )
         # → FeatureTally, one element; a key whose records hold two dtypes stops the run here.
         tally = combined["Features"] | "CheckFeatureTypes" >> beam.Map(
