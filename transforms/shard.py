@@ -61,8 +61,12 @@ class PlanShards(beam.PTransform):
     def expand(self, batches):
         summed = self._summed_totals
         if summed is None:
-            totals, sum_totals = plan_totals_of(batches)
-            summed = totals | "SumTotals" >> beam.CombineGlobally(sum_totals)
+            # The combine's own precombine sums a bundle's batches where they are made.
+            summed = (
+                batches
+                | "BucketTotals" >> beam.Map(plan_totals)
+                | "SumTotals" >> beam.CombineGlobally(_SumTotalsFn())
+            )
         # {split: SplitLayout}: the only global step, over (3, 65536) bucket totals and 2^20
         # fine bucket byte totals per split.
         layouts = (
@@ -107,7 +111,8 @@ def plan_totals_of(batches):
 
     The partial sums are one per bundle, summed where the records are made: a batch's totals
     are megabytes (its (3, 65536) bucket totals), and a combine shared with other tallies
-    takes its inputs through a Flatten, which a runner materializes element by element.
+    takes its inputs through a Flatten, which a runner materializes element by element, before
+    the combine's own precombine.
     """
     return batches | "BucketTotals" >> beam.ParDo(_BundleTotalsFn()), _SumTotalsFn()
 
