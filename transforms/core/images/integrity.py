@@ -130,15 +130,16 @@ def _inflate(inflater, data: memoryview) -> int:
     """Feed compressed data to the inflater, dropping its output a piece at a time; returns
     how many bytes it gave. Data after the stream's end is ignored, as libpng does."""
     pending, given = data, 0
-    while pending and not inflater.eof:
-        try:
+    try:
+        while pending and not inflater.eof:
             given += len(inflater.decompress(pending, _INFLATE_PIECE))
-        except zlib_ng.error as error:
-            raise _corrupt("png", f"its compressed image data is damaged ({error})") from None
-        pending = inflater.unconsumed_tail
-    # Output still held back (the input is all used): drain it in pieces too.
-    while not inflater.eof and (piece := inflater.decompress(b"", _INFLATE_PIECE)):
-        given += len(piece)
+            pending = inflater.unconsumed_tail
+        # Output still held back (the input is all used): drain it in pieces too. The damage
+        # may show only here, in the output held back.
+        while not inflater.eof and (piece := inflater.decompress(b"", _INFLATE_PIECE)):
+            given += len(piece)
+    except zlib_ng.error as error:
+        raise _corrupt("png", f"its compressed image data is damaged ({error})") from None
     return given
 
 
