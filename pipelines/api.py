@@ -36,8 +36,7 @@ from recordforge.pipelines.runner import (
     beam_options,
     check_runner_reachable,
     chooses_where_it_runs,
-    csv_range_bytes,
-    csv_range_multiple,
+    csv_range_settings,
     flags_of,
     runner_args,
 )
@@ -242,11 +241,7 @@ def run_plan(
     """
     config = cli_options.build_config(args, output=None, tables=tables)
     options = pipeline_options(args, beam_args)
-    config = dataclasses.replace(
-        config,
-        csv_range_bytes=csv_range_bytes(options),
-        csv_range_multiple=csv_range_multiple(options),
-    )
+    config = dataclasses.replace(config, **csv_range_settings(options))
     # The workers write the report where this process can read it: on remote runners that is
     # Beam's --temp_location (gs://... on Dataflow), not a local folder of this machine.
     temp_location = options.view_as(GoogleCloudOptions).temp_location
@@ -314,7 +309,7 @@ def prepare_conversion(
     chosen = choose_workers(args, beam_args, config.sources)
     options = pipeline_options(args, beam_args, workers=chosen.count if chosen else None)
     check_runner_reachable(options)
-    range_bytes = csv_range_bytes(options)  # before the output is locked: it may refuse
+    csv_ranges = csv_range_settings(options)  # before the output is locked: it may refuse
     output_folder.check_location(output, config.sources)
     recorded = output_folder.run_options(config)
     prepared = output_folder.prepare_output(
@@ -331,8 +326,7 @@ def prepare_conversion(
         run_key=output_folder.run_key(recorded),
         resume=prepared.resuming is not None,
         detached=detached,
-        csv_range_bytes=range_bytes,
-        csv_range_multiple=csv_range_multiple(options),
+        **csv_ranges,
     )
     if config.split_note:
         splits = config.split_note

@@ -368,6 +368,18 @@ def csv_range_multiple(options: PipelineOptions) -> int:
     return local_worker_processes(options) or 1
 
 
+def csv_range_settings(options: PipelineOptions) -> dict[str, int | None]:
+    """ConvertConfig's two CSV range fields for a run with these options.
+
+    Raises:
+        UsageError: as csv_range_bytes.
+    """
+    return {
+        "csv_range_bytes": csv_range_bytes(options),
+        "csv_range_multiple": csv_range_multiple(options),
+    }
+
+
 def _unknown_beam_args(args: Sequence[str]) -> list[str]:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     for cls in _all_option_classes():

@@ -19,8 +19,10 @@ from apache_beam.transforms import userstate
 from conftest import is_loopback
 
 from recordforge.pipelines.runner import (
+    CSV_RANGE_BYTES,
     beam_options,
     csv_range_multiple,
+    csv_range_settings,
     how_it_runs,
     runner_args,
 )
@@ -145,6 +147,18 @@ def test_how_it_runs_in_words(args, how):
 )
 def test_a_split_csv_files_ranges_come_in_rounds_of_the_local_worker_processes(args, multiple):
     assert csv_range_multiple(PipelineOptions(args)) == multiple
+
+
+def test_a_runs_csv_range_settings_are_its_range_size_and_its_round():
+    workers = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    assert csv_range_settings(workers) == {
+        "csv_range_bytes": CSV_RANGE_BYTES,
+        "csv_range_multiple": 2,
+    }
+    assert csv_range_settings(PipelineOptions([])) == {
+        "csv_range_bytes": None,
+        "csv_range_multiple": 1,
+    }
 
 
 def test_unknown_runner_lists_the_known_ones():
