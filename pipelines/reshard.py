@@ -248,7 +248,7 @@ def list_inputs(
         kept = 0
         for file in files:
             relative = relative_path(file, root or file.rsplit("/", 1)[0])
-            if is_hidden(relative):
+            if root is not None and is_hidden(relative):  # a file named on its own is kept
                 hidden += 1
                 continue
             if is_metadata(relative):

@@ -245,3 +245,32 @@ def test_the_summary_says_why_a_flat_folder_has_no_labels(tmp_path, cli):
     result = cli("convert", root, "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert "no labels: not every image is in root/<class>/<file>" in result.stdout
+
+
+def test_a_hidden_file_named_on_its_own_is_converted(tmp_path, cli):
+    # Named on the command line, `.photo.jpg` was skipped as hidden: exit 0, "Converted 0
+    # inputs", an empty dataset committed. Only what a folder or glob finds is skipped so.
+    folder = tmp_path / "photos"
+    make_image(folder / ".photo.jpg", "JPEG", seed=3)
+    make_image(folder / "seen.jpg", "JPEG", seed=4)
+    table = tmp_path / ".rows.csv"
+    table.write_text("name,value\na,1\nb,2\n")
+    out = tmp_path / "one"
+    result = cli("convert", folder / ".photo.jpg", "-o", out)
+    assert result.returncode == 0, result.stderr
+    manifest = _manifest(out)
+    assert (manifest["num_inputs"], manifest["num_records"]) == (1, 1)
+    assert manifest["source"]["ignored_hidden_files"] == 0
+    records = list(iterate(out, "train"))
+    assert records[0]["image/encoded"] == [(folder / ".photo.jpg").read_bytes()]
+    out = tmp_path / "table"
+    result = cli("convert", table, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert _manifest(out)["num_records"] == 2
+    # The folder itself: its hidden file is still skipped and counted.
+    out = tmp_path / "folder"
+    result = cli("convert", folder, "-o", out)
+    assert result.returncode == 0, result.stderr
+    manifest = _manifest(out)
+    assert (manifest["num_inputs"], manifest["num_records"]) == (1, 1)
+    assert manifest["source"]["ignored_hidden_files"] == 1

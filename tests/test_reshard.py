@@ -330,3 +330,16 @@ def test_a_refused_overwrite_leaves_the_previous_dataset_as_it_was(tmp_path):
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
     assert run_cli("verify", out).returncode == 0
+
+
+def test_a_hidden_tfrecord_file_named_on_its_own_is_read(tmp_path):
+    # Named on its own, `.part.tfrecord` was skipped as hidden; in a folder it still is.
+    folder = tmp_path / "files"
+    records = examples(20, 5)
+    write_tfrecords(folder / ".part.tfrecord", records[:12])
+    write_tfrecords(folder / "seen.tfrecord", records[12:])
+    dataset = recordforge.reshard(str(folder / ".part.tfrecord"), str(tmp_path / "one"))
+    assert sorted(output_records(tmp_path / "one")["train"]) == sorted(records[:12])
+    assert dataset.manifest.num_records == 12
+    recordforge.reshard(str(folder), str(tmp_path / "folder"))
+    assert sorted(output_records(tmp_path / "folder")["train"]) == sorted(records[12:])

@@ -169,7 +169,9 @@ class _MatchFilesFn(beam.DoFn):
                 yield _tagged(IGNORED, (skipped.FOLDER_LINKS, path))
                 continue
             relative = relative_path(path, source.root)
-            if entry.kind == HIDDEN or is_hidden(relative):
+            # A file named on its own is an input even when its name is hidden: only what a
+            # folder or glob finds is skipped so.
+            if entry.kind == HIDDEN or (path != source.pattern and is_hidden(relative)):
                 yield _tagged(IGNORED, (skipped.HIDDEN, path))
                 continue
             if entry.real is None:  # reached directly
