@@ -37,7 +37,7 @@ from recordforge.transforms.core.errors import (
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.reports.summary import plural
 from recordforge.transforms.internals import LOST_WORKER_TEXTS, subcommand_parser
-from recordforge.transforms.staging import JOURNAL, interrupted_commit
+from recordforge.transforms.staging import JOURNAL, commit_in_place, interrupted_commit
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -321,6 +321,12 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
     """What a stopped or failed run leaves, in words."""
     staging = prepared.staging
     output = staging.output
+    committed = commit_in_place(staging)
+    if committed is not None and committed.get("run_id") == prepared.holder.run_id:
+        return (
+            f"the new dataset is in place in {output}; only the cleanup after its commit was "
+            "cut short (the next run into it finishes that)"
+        )
     if interrupted_commit(output) is not None:
         return (
             f"its commit into {output} was cut short: run the conversion again (or with "

@@ -199,20 +199,26 @@ def prepare_output(
         except CommitError as error:
             raise UsageError(str(error)) from None
         if prepared.finished:
-            notes.append(
-                f"finished the interrupted commit of run {prepared.finished.get('run_id')} "
-                f"into {output}"
-            )
+            notes.append(_finished_commit(prepared.finished, output))
         if not (resume and prepared.nothing_to_resume(run_key(options))):
             _check_contents(staging, overwrite)
             prepared.resuming = _leftovers(staging, options, resume, notes)
             _start_work(staging, run_id, options, prepared.resuming)
     except BaseException:
+        if prepared.finished:  # a refused run has changed the folder even so: it says how
+            LOGGER.warning("%s", _finished_commit(prepared.finished, output))
         prepared.release()
         raise
     for note in notes:
         LOGGER.info("%s", note)
     return prepared
+
+
+def _finished_commit(journal: dict, output: str) -> str:
+    return (
+        f"finished the interrupted commit of run {journal.get('run_id')} into {output} (it had "
+        "passed its commit point): the folder holds that run's dataset now"
+    )
 
 
 def _leftovers(staging: Staging, options: Mapping, resume: bool, notes: list) -> str | None:

@@ -321,6 +321,51 @@ def test_a_sigkill_at_every_commit_step_leaves_old_or_new_and_resume_finishes(
     _kill_each_commit_step(photos, tmp_path, old, new, every=True)
 
 
+def test_a_failure_after_the_swap_says_the_new_dataset_is_in_place(photos, tmp_path, old, new):
+    # An I/O error while the old copy was deleted, after the swap, was reported as "OUT is as
+    # it was; ... staged shards kept", while OUT held the new dataset.
+    if STRACE is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    out = tmp_path / "out"
+    _place(old, out)
+    shard = next(name for name in sorted(old) if ".tfrecord-" in name and "/" not in name)
+    swapped_out = out.parent / f".{out.name}.recordforge" / "dataset" / shard
+    result = subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-P", str(swapped_out)]
+        + ["-e", "trace=unlink", "-e", "inject=unlink:error=EIO"]
+        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+    )
+    assert result.returncode == 1, result.stderr
+    assert check_invariant(out, old, new) == "new"
+    assert "is as it was" not in result.stderr
+    assert f"the new dataset is in place in {out}" in result.stderr
+    convert(photos, out, "--overwrite")  # finishes the cleanup first
+    assert not swapped_out.parent.parent.exists()
+    assert check_invariant(out, old, new) == "new"
+
+
+def test_a_refused_run_that_finished_an_interrupted_commit_says_so(photos, tmp_path, old, new):
+    # Killed past its commit point (the journal written) and before the swap, a run leaves its
+    # commit for the next run to finish; one refused for want of --overwrite finished it
+    # without a word, its one line saying only that the folder was not empty.
+    if STRACE is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    calls = _commit_calls(photos, tmp_path, old)
+    exchange = next(i for i, (name, _) in enumerate(calls) if name == "renameat2")
+    out = tmp_path / "cut" / "out"
+    _place(old, out)
+    assert _kill_at_call(photos, out, calls[exchange]).returncode != 0
+    refused = convert(photos, out, check=False)
+    assert refused.returncode == 2, refused.stderr
+    assert "use --overwrite" in refused.stderr
+    assert "finished the interrupted commit of run" in refused.stderr
+    assert check_invariant(out, old, new) == "new"
+
+
 # --- SIGKILLs at random moments ---------------------------------------------------------------
 
 

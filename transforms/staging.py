@@ -406,6 +406,19 @@ def interrupted_commit(folder: str) -> dict | None:
     return journal
 
 
+def commit_in_place(staging: Staging) -> dict | None:
+    """The journal of this staging's commit when its manifest is in the output folder already
+    and only its cleanup is left (a failure or a stop after the commit point), else None."""
+    try:
+        journal = read_json(staging.journal)
+        if journal is None:
+            return None
+        in_place = file_digest(FileSystems.join(staging.target, journal["manifest"]))
+    except (OSError, BeamIOError, ValueError, KeyError, TypeError):  # unreadable: not known
+        return None
+    return journal if in_place == journal["digest"] else None
+
+
 def recover(staging: Staging) -> dict | None:
     """Finish a commit that was interrupted (by a kill, a crash, a full disk); returns its
     journal, or None when there was nothing to finish."""
