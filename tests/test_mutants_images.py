@@ -159,8 +159,8 @@ JPEG = encode(rgb(), "JPEG", quality=95)
     [
         (PNG[:-12], "the PNG file is truncated: the file ends before the PNG IEND chunk"),
         (PNG[:-4], "the PNG file is truncated: the file ends before the PNG IEND chunk"),
-        # Pillow's SyntaxError says "broken", but comes from running out of data.
-        (PNG[:30], "the PNG file is truncated: broken PNG file (incomplete checksum in <bytes>)"),
+        # Cut in its IHDR's CRC: the probe's walk of the chunks before the image data finds it.
+        (PNG[:30], "the PNG file is truncated: its IHDR chunk at byte 8 runs past the file's end"),
         (GIF[:-2], "the GIF file is truncated: the file ends inside a GIF data block"),
         (GIF[:-3], "the GIF file is truncated: the file ends inside a GIF data block"),
     ],
@@ -684,9 +684,11 @@ def test_the_third_frame_of_a_gif_is_decoded_too():
 # --- the GIF block walk (image_formats.gif_frames), on blocks built by hand ---------------------
 
 
-def gif(*blocks: bytes, screen: tuple[int, int] = (8, 8)) -> bytes:
-    """A GIF89a without a global colour table, then `blocks` as given."""
-    return struct.pack("<6sHHBBB", b"GIF89a", *screen, 0, 0, 0) + b"".join(blocks)
+def gif(*blocks: bytes, screen: tuple[int, int] = (8, 8), colours: bool = False) -> bytes:
+    """A GIF89a without a global colour table (with one of 2 colours when `colours`: a frame
+    needs one, its own or the global one, for TensorFlow), then `blocks` as given."""
+    table = b"\x80" + bytes(2) + bytes(6) if colours else bytes(3)
+    return struct.pack("<6sHH", b"GIF89a", *screen) + table + b"".join(blocks)
 
 
 # Pixel data: 4 pixels of index 0 as Pillow writes them (LZW code size 8), and a shorter stream
@@ -859,7 +861,7 @@ def test_read_up_to_reads_on_until_it_has_them_or_the_stream_ends():
 def test_a_gif_has_3_channels_whatever_its_bytes():
     """TensorFlow decodes every GIF to RGB: its bytes are not read for a depth (this one is too
     short to hold a BMP header's)."""
-    data = gif(image_block(), b"\x3b")
+    data = gif(image_block(), b"\x3b", colours=True)
     assert probe_image_bytes(data) == ImageFacts("gif", 2, 2, 3)
 
 
@@ -906,6 +908,7 @@ def test_a_gif_frame_pillow_refuses_to_size_is_a_bomb_in_words():
         image_block(0, 0, 15000, 15000, pixels=PIXELS_2X2),
         b"\x3b",
         screen=(2, 2),
+        colours=True,
     )
     assert 15000 * 15000 > 2 * Image.MAX_IMAGE_PIXELS
     assert probe_image_bytes(data, max_pixels=300_000_000) == ImageFacts("gif", 15000, 15000, 3)

@@ -13,8 +13,20 @@ from recordforge.transforms.core.errors import InputError
 # The last 12 bytes of every complete PNG: the empty IEND chunk with its CRC.
 _PNG_END = b"\x00\x00\x00\x00IEND\xae\x42\x60\x82"
 
-# PNG IHDR colour type -> channels TensorFlow decodes (palette: 3, or 4 with a tRNS chunk).
+# PNG IHDR colour type -> channels TensorFlow decodes (palette: 3, or 4 with a tRNS chunk libpng
+# keeps: PngChunks.channels). Grey or RGB with a tRNS chunk keep 1 or 3: TensorFlow asks libpng
+# for alpha only when the channel count it autodetects (png_get_channels) is even.
 _PNG_CHANNELS = {0: 1, 2: 3, 3: 3, 4: 2, 6: 4}
+# Bit depths libpng accepts for each colour type (png_check_IHDR).
+_PNG_DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+# libpng's default user limits (PNG_USER_WIDTH_MAX, PNG_USER_HEIGHT_MAX; TensorFlow sets none).
+PNG_SIDE_LIMIT = 1_000_000
+# TensorFlow's own limit (decode_image_op.cc, "PNG size too large for int").
+PNG_PIXEL_LIMIT = 1 << 29
+# The critical chunks libpng knows; any other stops it ("unhandled critical chunk").
+_PNG_CRITICAL = frozenset({b"IHDR", b"PLTE", b"IDAT", b"IEND"})
+# Pillow reads a grey or RGB image's tRNS chunk (before its image data) as 2 or 6 bytes.
+_PILLOW_TRNS = {0: 2, 2: 6}
 
 _WEBP_ALPHA_FLAG = 0x10
 _WEBP_ANIMATION_FLAG = 0x02
@@ -120,7 +132,7 @@ def channels(fmt: str, image: ImageFile.ImageFile, head: bytes) -> int:
     """Channels tf.io.decode_image(expand_animations=False) returns (see tests/test_images.py).
 
     Args:
-        fmt: jpeg, png, gif or bmp (webp_facts gives a WebP's channels).
+        fmt: jpeg, gif or bmp (webp_facts gives a WebP's channels, png_header a PNG's).
         image: the file as opened by Pillow's header parser.
         head: the first bytes of the file.
     """
@@ -128,12 +140,7 @@ def channels(fmt: str, image: ImageFile.ImageFile, head: bytes) -> int:
         # TensorFlow converts CMYK (and YCCK) JPEGs to RGB itself, so they decode to 3 channels.
         return 1 if image.mode == "L" else 3
     if fmt == "png":
-        # From the IHDR colour type, not Pillow's mode: Pillow opens 16-bit grey+alpha as RGBA,
-        # and grey or RGB with a tRNS chunk keep 1 or 3 channels in TensorFlow.
-        colour_type = head[25]
-        if colour_type == 3 and "transparency" in image.info:
-            return 4
-        return _PNG_CHANNELS[colour_type]
+        raise ValueError("a PNG's channels are png_header(source).channels")
     if fmt == "gif":
         return 3  # TensorFlow decodes every GIF to RGB, transparency or not.
     return _bmp_channels(head)
@@ -339,6 +346,198 @@ def declared_size(source: Source, fmt: str) -> int | None:
     return None
 
 
+def png_corrupt(what: str) -> InputError:
+    return InputError("CorruptImage", f"the PNG file is corrupt: {what}")
+
+
+def png_chunk_name(kind: bytes) -> str:
+    # A chunk type is four ASCII letters; damaged ones are not shown (no file bytes in messages).
+    return kind.decode("ascii") if kind.isalpha() and kind.isascii() else "damaged"
+
+
+class PngChunks:
+    """A PNG's chunks, fed in file order, checked against the rules of libpng 1.6 (1.6.43 is
+    TensorFlow 2.21's PNG decoder; pngread.c png_read_info/png_read_end, pngrutil.c
+    png_handle_IHDR/PLTE/tRNS, png_check_chunk_name, png_handle_unknown) where breaking them is an
+    error that stops libpng (TensorFlow then fails), not a "benign" error libpng only warns about
+    (TensorFlow's decoder leaves libpng's default: benign errors are warnings).
+
+    The probe feeds the chunks up to the first IDAT (what png_read_info reads before TensorFlow
+    sizes its output: png_header); the writer's check every chunk (integrity._check_png). Which
+    tRNS chunk libpng keeps gives a palette image's channel count.
+
+    Attributes:
+        colour_type: the IHDR's colour type (None before it, or for an IHDR of a wrong length).
+        channels: the last dimension TensorFlow decodes the image to (needs colour_type).
+    """
+
+    def __init__(self) -> None:
+        self.colour_type: int | None = None
+        self._bit_depth = 8
+        self._ihdr = False
+        self._plte = False  # libpng's PNG_HAVE_PLTE
+        self._palette = 0  # entries libpng keeps (num_palette)
+        self._transparency = False  # a tRNS libpng keeps (PNG_INFO_tRNS)
+        self._idat = False  # libpng's PNG_HAVE_IDAT
+
+    @property
+    def channels(self) -> int:
+        if self.colour_type == 3:
+            return 4 if self._transparency else 3
+        return _PNG_CHANNELS[typing.cast(int, self.colour_type)]
+
+    def add(self, kind: bytes, length: int, offset: int, body: bytes = b"") -> None:
+        """Takes the next chunk: its type, data length, offset in the file, and its data when it
+        is an IHDR (other chunks are judged by their length).
+
+        Raises:
+            InputError: `CorruptImage` (`UnsupportedImageFormat` for Apple's CgBI), saying what.
+        """
+        where = f"at byte {offset:,}"
+        if not (kind.isalpha() and kind.isascii()):
+            raise png_corrupt(f"the type of its chunk {where} is not four letters")
+        name = kind.decode("ascii")
+        if kind == b"IHDR":
+            if self._ihdr:
+                raise png_corrupt(f"it has a second IHDR chunk ({where})")
+            self._ihdr = True
+            if len(body) == 13:
+                self._bit_depth, self.colour_type = body[8], body[9]
+        elif kind == b"IDAT":
+            if self.colour_type == 3 and not self._plte:
+                raise png_corrupt("it is a palette image with no PLTE chunk before its image data")
+            self._idat = True
+        elif kind == b"PLTE":
+            self._add_palette(length, where)
+        elif kind == b"tRNS":
+            self._add_transparency(length)
+        elif kind == b"CgBI":
+            raise InputError(
+                "UnsupportedImageFormat",
+                "Apple's iPhone-optimised PNG files (a CgBI chunk) are not supported (TensorFlow "
+                "cannot decode them); restore them to standard PNG (pngcrush "
+                "-revert-iphone-optimizations)",
+            )
+        elif name[0].isupper() and kind not in _PNG_CRITICAL:
+            # png_handle_unknown: "unhandled critical chunk".
+            raise png_corrupt(f"it has a critical chunk of an unknown type, {name} ({where})")
+
+    def _add_palette(self, length: int, where: str) -> None:
+        if self._plte:
+            raise png_corrupt(f"it has a second PLTE chunk ({where})")
+        if self._idat or self.colour_type is None:
+            return  # after the image data: ignored ("out of place", benign)
+        self._plte = True
+        if not self.colour_type & 2:
+            return  # grey: ignored
+        entries, bad = length // 3, length % 3 or length > 3 * 256
+        if self.colour_type == 3 and (bad or not length):
+            raise png_corrupt(
+                f"its PLTE chunk is {length:,} bytes long, not 3 bytes for each of 1 to 256 colours"
+            )
+        if not length:  # png_set_PLTE: "Invalid palette", for RGB images too
+            raise png_corrupt("its PLTE chunk is empty")
+        if not bad:  # (an RGB image's bad palette is ignored)
+            # Colours beyond 2**bit_depth are dropped, silently.
+            limit = 1 << self._bit_depth if self.colour_type == 3 else 256
+            self._palette = min(entries, limit)
+
+    def _add_transparency(self, length: int) -> None:
+        # png_handle_tRNS: after the image data, a second one, one before PLTE, or one longer
+        # than the palette (or empty) is ignored (benign errors). Only a palette's counts here.
+        if self._idat or self._transparency or self.colour_type != 3 or not self._plte:
+            return
+        self._transparency = 0 < length <= self._palette
+
+
+def png_header(source: Source) -> PngChunks:
+    """Walks a PNG's chunks up to its first IDAT (the header, as libpng's png_read_info reads it),
+    applying PngChunks' rules and the IHDR's (check_png_ihdr).
+
+    Raises:
+        InputError: a rule broken (see PngChunks).
+        EOFError: the file ends before its image data.
+    """
+    chunks = PngChunks()
+    offset = 8
+    while True:
+        header = source.read_at(offset, 8)
+        if len(header) < 8:
+            raise EOFError(
+                f"it ends inside a chunk header (at byte {offset:,}) before its image data"
+            )
+        length, kind = struct.unpack(">I4s", header)
+        name = png_chunk_name(kind)
+        if offset + 12 + length > source.size:
+            raise EOFError(f"its {name} chunk at byte {offset:,} runs past the file's end")
+        body = b""
+        if offset == 8:
+            if kind != b"IHDR":
+                # libpng stops at any chunk it knows before IHDR ("missing IHDR") and skips
+                # the others, but the PNG specification puts IHDR first.
+                raise png_corrupt(f"its first chunk is {name}, not IHDR")
+            body = source.read_at(offset + 8, length) if length == 13 else b""
+            check_png_ihdr(length, body)
+        elif kind == b"tRNS" and length < _PILLOW_TRNS.get(chunks.colour_type, 0):
+            # libpng ignores it (benign); Pillow, which recordforge reads images with, cannot.
+            image = "a grey" if chunks.colour_type == 0 else "an RGB"
+            raise png_corrupt(
+                f"its tRNS chunk is {length} byte{'' if length == 1 else 's'} long where {image} "
+                f"image's is {_PILLOW_TRNS[chunks.colour_type]} (Pillow cannot read it)"
+            )
+        chunks.add(kind, length, offset, body)
+        if kind == b"IDAT":
+            return chunks
+        if kind == b"IEND":
+            raise png_corrupt("it has no image data (IDAT) before its IEND chunk")
+        offset += 12 + length
+
+
+def check_png_ihdr(length: int, body: bytes) -> None:
+    """Refuses an IHDR libpng refuses (png_handle_IHDR, png_check_IHDR); its user limits on the
+    size are check_png_size's."""
+    if length != 13:
+        raise png_corrupt(f"its IHDR chunk is {length:,} bytes long, not 13")
+    width, height, depth, colour, compression, filter_method, interlace = struct.unpack(
+        ">IIBBBBB", body
+    )
+    if not width or not height or width > 2**31 - 1 or height > 2**31 - 1:
+        raise png_corrupt(f"its header gives an impossible size, {width:,}x{height:,} pixels")
+    if colour not in _PNG_DEPTHS:
+        raise png_corrupt(f"its colour type {colour} does not exist")
+    if depth not in _PNG_DEPTHS[colour]:
+        raise png_corrupt(f"a bit depth of {depth} is not one colour type {colour} allows")
+    for what, value, most in (
+        ("compression", compression, 0),
+        ("filter", filter_method, 0),
+        ("interlace", interlace, 1),
+    ):
+        if value > most:
+            raise png_corrupt(f"its {what} method {value} does not exist")
+
+
+def check_png_size(width: int, height: int) -> None:
+    """Refuses a PNG too large for TensorFlow: wider or taller than libpng's default user limit,
+    or of 2**29 pixels or more (TensorFlow's own check). The probe applies it after
+    --max-image-pixels (a larger image is a DecompressionBomb first).
+
+    Raises:
+        InputError: `UnsupportedImageFormat`.
+    """
+    if width > PNG_SIDE_LIMIT or height > PNG_SIDE_LIMIT:
+        raise InputError(
+            "UnsupportedImageFormat",
+            f"PNG images wider or taller than {PNG_SIDE_LIMIT:,} pixels are not supported "
+            f"(TensorFlow's decoder, libpng, refuses them); this one is {width:,}x{height:,}",
+        )
+    if width * height >= PNG_PIXEL_LIMIT:
+        raise InputError(
+            "UnsupportedImageFormat",
+            f"PNG images of {PNG_PIXEL_LIMIT:,} pixels or more are not supported (TensorFlow "
+            f"refuses them); this one is {width:,}x{height:,}",
+        )
+
+
 def check_png_chunks(data: bytes) -> None:
     """Raises EOFError unless the PNG runs to a complete IEND chunk, as TensorFlow requires.
 
@@ -400,6 +599,25 @@ def gif_decoded_size(data: bytes) -> tuple[int, int]:
     return width, height
 
 
+def check_gif_colour_tables(data: bytes) -> None:
+    """Refuses a GIF with a frame that has no colour table of its own and no global one to use
+    (TensorFlow: "missing color map for frame N").
+
+    Raises:
+        InputError: `CorruptImage`.
+        EOFError, SyntaxError: as gif_frames.
+    """
+    if data[10] & 0x80:
+        return
+    for index, (*_, has_table) in enumerate(_gif_images(data)):
+        if not has_table:
+            raise InputError(
+                "CorruptImage",
+                f"the GIF file is corrupt: its frame {index + 1} has no colour table, and the "
+                "file no global one",
+            )
+
+
 def gif_frames(data: bytes) -> typing.Iterator[tuple[int, int, int, int]]:
     """Walks a GIF's blocks, yielding each image's left, top, width and height.
 
@@ -412,6 +630,12 @@ def gif_frames(data: bytes) -> typing.Iterator[tuple[int, int, int, int]]:
         EOFError: the data ends inside a block.
         SyntaxError: an unknown block, or an empty image, comes before the first image.
     """
+    for left, top, width, height, _ in _gif_images(data):
+        yield left, top, width, height
+
+
+def _gif_images(data: bytes) -> typing.Iterator[tuple[int, int, int, int, bool]]:
+    """gif_frames, and whether each image has a colour table of its own."""
     offset = 13 + _gif_colour_table_size(data[10])
     seen_image = False
     while offset < len(data):
@@ -429,7 +653,7 @@ def gif_frames(data: bytes) -> typing.Iterator[tuple[int, int, int, int]]:
                 if seen_image:
                     return
                 raise SyntaxError(f"its first image is {width}x{height} pixels")
-            yield left, top, width, height
+            yield left, top, width, height, bool(flags & 0x80)
             seen_image = True
             offset = _skip_gif_sub_blocks(data, offset + 11 + _gif_colour_table_size(flags))
         elif seen_image:

@@ -95,6 +95,10 @@ def _check_png(data: bytes) -> None:
     inflater = zlib_ng.decompressobj()
     inflated = 0
     expected = _png_raw_size(data)
+    if expected:
+        image_formats.check_png_size(*struct.unpack_from(">II", data, 16))
+    chunks = image_formats.PngChunks()  # libpng's rules for the order of chunks
+    in_image_data = False
     while True:
         if offset + 12 > size:
             raise _truncated("png", f"it ends inside a chunk header (at byte {offset:,})")
@@ -111,10 +115,22 @@ def _check_png(data: bytes) -> None:
                 f"the CRC of its {_chunk_name(kind)} chunk at byte {offset:,} does not match "
                 "its data",
             )
+        chunks.add(kind, length, offset, data[offset + 8 : end - 4] if kind == b"IHDR" else b"")
         if kind == b"IDAT":
             inflated += _inflate(inflater, view[offset + 8 : end - 4])
-        elif kind == b"IEND":
+            in_image_data = True
+            offset = end
+            continue
+        if kind == b"IEND":
             break
+        if in_image_data and not inflater.eof:
+            # libpng reads the IDAT chunks of the stream in a row: "Not enough image data".
+            raise _corrupt(
+                "png",
+                f"its image data is split: a {_chunk_name(kind)} chunk at byte {offset:,} comes "
+                "before the end of its compressed stream",
+            )
+        in_image_data = False
         offset = end
     if not inflated and not inflater.eof:
         raise _corrupt("png", "it has no image data (IDAT)")
@@ -174,9 +190,7 @@ def _png_raw_size(data: bytes) -> int:
     )
 
 
-def _chunk_name(kind: bytes) -> str:
-    # A chunk type is four ASCII letters; damaged ones are not shown (no file bytes in messages).
-    return kind.decode("ascii") if kind.isalpha() and kind.isascii() else "damaged"
+_chunk_name = image_formats.png_chunk_name
 
 
 # --- JPEG --------------------------------------------------------------------------------------
@@ -287,6 +301,7 @@ def _check_gif(data: bytes) -> None:
         raise _corrupt("gif", str(error)) from None
     if not frames:
         raise _corrupt("gif", "it holds no image")
+    image_formats.check_gif_colour_tables(data)
     # Damage inside the LZW data shows only when decoding it, and GIFs are small and rare:
     # decoded, every frame, as TensorFlow does.
     decode_image_bytes(data)

@@ -260,6 +260,8 @@ def _probe(
     try:
         facts = _header_facts(source, fmt, max_pixels, orientation)
         image_formats.check_pixel_count(facts.width, facts.height, max_pixels)
+        if fmt == "png":  # TensorFlow's limits, below most --max-image-pixels
+            image_formats.check_png_size(facts.width, facts.height)
         if fmt == "bmp":  # TensorFlow's own rules, from the header and the size
             image_formats.check_bmp_layout(source.head, source.size)
         if decode or not image_formats.ends_cleanly(source, fmt):
@@ -314,12 +316,18 @@ def _header_facts(source: Source, fmt: str, max_pixels: int, orientation: bool) 
         # every block finds: a GIF is read whole.
         source.extend_head(source.size)
         image_formats.check_gif_first_frame(source.head, max_pixels)
+    # A PNG's chunks before its image data, checked as libpng reads them; they give its channels.
+    png = image_formats.png_header(source) if fmt == "png" else None
     image = _open_header(source, fmt)
     width, height = image.size
     if fmt == "gif":
         width, height = image_formats.gif_decoded_size(source.head)
         image_formats.check_pixel_count(width, height, max_pixels)
-    channels = image_formats.channels(fmt, image, source.head)
+        image_formats.check_gif_colour_tables(source.head)
+    if png is not None:
+        channels = png.channels
+    else:
+        channels = image_formats.channels(fmt, image, source.head)
     # The metadata Pillow's header parse found (a JPEG's APP segments, a PNG's chunks before
     # its pixels), as preprocessing reads it: nothing is decoded.
     turn = orientation_in(image.info) if orientation else UPRIGHT
