@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import pathlib
 import struct
 import subprocess
 import zlib
@@ -250,6 +251,91 @@ def test_without_the_options_image_bytes_are_stored_as_they_are(photos, tmp_path
     manifest = json.loads((out / "dataset_info.json").read_text())
     assert "preprocessing" not in manifest["options"]
     assert manifest["features"]["image/encoded"]["description"] == "the original image file's bytes"
+
+
+# The PNG specification's Adam7 passes: first column, first row, column step, row step.
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2))
+_ADAM7 += ((0, 1, 1, 2),)
+
+
+def _interlaced_png(rows: list[bytes], width: int, channels: int, sub_filter: bool) -> bytes:
+    """An 8-bit grey (1 channel) or RGB (3) PNG of these pixel rows, Adam7-interlaced (Pillow
+    writes no interlaced PNG). The rows of each pass use filter type 0 (None) or, with
+    `sub_filter`, 0 and 1 (Sub) in turn."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    raw = bytearray()
+    for x0, y0, dx, dy in _ADAM7:
+        for index, y in enumerate(range(y0, len(rows), dy)):
+            line = b"".join(
+                rows[y][x * channels : (x + 1) * channels] for x in range(x0, width, dx)
+            )
+            if not line:
+                break  # an empty pass has no rows, and no filter bytes
+            if sub_filter and index % 2:
+                left = bytes(channels) + line[:-channels]
+                raw += b"\x01" + bytes((a - b) & 0xFF for a, b in zip(line, left, strict=True))
+            else:
+                raw += b"\x00" + line
+    colour = {1: 0, 3: 2}[channels]
+    header = struct.pack(">IIBBBBB", width, len(rows), 8, colour, 0, 0, 1)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(bytes(raw)))
+        + chunk(b"IEND", b"")
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "modes"),
+    [
+        (["--encode", "png"], ("rgb", "grey")),
+        (["--channels", "3"], ("rgb",)),
+        (["--channels", "1"], ("grey",)),
+        (["--resize", "13x10"], ("rgb", "grey")),
+    ],
+    ids=["encode-png", "channels-3-of-rgb", "channels-1-of-grey", "resize-to-its-size"],
+)
+def test_interlaced_pngs_keep_their_pixels_when_size_and_mode_stay(args, modes, tmp_path, tf):
+    """Options that leave an image's size and mode as they are (so no step before the encoder
+    needs its pixels) store an Adam7-interlaced PNG's pixels exactly, as TensorFlow decodes
+    the source. Regression: the metadata was dropped before Pillow decoded the pixels, and
+    with it the interlace flag: dark images were stored scrambled, others quarantined."""
+    import numpy as np
+
+    width, height = 13, 10  # not a multiple of 8: passes of uneven sizes
+    rng = np.random.default_rng(5)
+    sources = {}
+    for mode in modes:
+        channels = 3 if mode == "rgb" else 1
+        for name, top, sub_filter in (("dark", 5, False), ("photo", 256, True)):
+            pixels = rng.integers(0, top, (height, width, channels), dtype=np.uint8)
+            data = _interlaced_png([row.tobytes() for row in pixels], width, channels, sub_filter)
+            # The source is what it claims: TensorFlow (libpng) decodes it to these pixels.
+            assert np.array_equal(tf.io.decode_png(data).numpy(), pixels)
+            path = tmp_path / "src" / "x" / f"{name}-{mode}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+            sources[f"x/{path.name}"] = pixels
+    out = tmp_path / "out"
+    _convert(tmp_path / "src", "-o", out, *args)
+    _, splits = read_dataset(out)
+    outcomes = {}  # each source: what became of it
+    for error in read_errors(out):
+        name = pathlib.Path(error["source"]["path"]).relative_to(tmp_path / "src").as_posix()
+        outcomes[name] = error["error"]
+    for record in splits["train"]:
+        stored = tf.io.decode_png(record["image/encoded"]).numpy()
+        same = record["image/format"] == b"png" and np.array_equal(
+            stored, sources[record["image/filename"].decode()]
+        )
+        outcomes[record["image/filename"].decode()] = "same pixels" if same else "other pixels"
+    assert outcomes == dict.fromkeys(sources, "same pixels")
 
 
 @pytest.mark.parametrize(

@@ -56,6 +56,6 @@ def oriented_size(width: int, height: int, orientation: int) -> tuple[int, int]:
 
 
 def turned(image: Image.Image, orientation: int) -> Image.Image:
-    """The image turned as `orientation` says (decoding it), or the image itself if upright."""
+    """The image turned as `orientation` says, or the image itself if upright."""
     method = _TRANSPOSES.get(orientation)
     return image if method is None else image.transpose(method)

@@ -184,7 +184,11 @@ def preprocess(
         if facts.format == "jpeg":
             oriented = oriented_size(facts.width, facts.height, facts.orientation)
             _draft(image, oriented, target)
-        image = turned(image, facts.orientation)  # decodes
+        # Decoded here, not by whichever later step first needs the pixels (none may, when
+        # the size and mode stay): Pillow's decoders read the file's `info` (a PNG's Adam7
+        # interlace flag), so it is dropped only once the pixels are in memory.
+        image.load()
+        image = turned(image, facts.orientation)
         image = _converted(image, _MODES[channels])
         image = _resized(image, preprocessing, target)
         image.info = {}  # no metadata carried over: only pixels are stored
