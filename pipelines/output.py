@@ -146,8 +146,10 @@ def choose_staging(output: str) -> Staging:
         return journal_staging(output, "this system's C library has no renameat2")
     try:
         os.makedirs(parent, exist_ok=True)
+        _remove_stale_probes(parent, os.path.basename(swap.target))
         probe = tempfile.mkdtemp(
-            prefix=f".{os.path.basename(swap.target)}.recordforge-probe-", dir=parent
+            prefix=_probe_prefix(os.path.basename(swap.target), LockHolder.this_process("")),
+            dir=parent,
         )
     except OSError:
         return journal_staging(output, f"its parent folder {parent} is not writable")
@@ -161,6 +163,26 @@ def choose_staging(output: str) -> Staging:
     finally:
         shutil.rmtree(probe, ignore_errors=True)
     return swap
+
+
+def _probe_prefix(name: str, holder: LockHolder | None = None) -> str:
+    """The start of the names of the folders that test whether `name`'s parent can exchange
+    folders; with `holder`, of the one its process makes (its pid and host in the name)."""
+    prefix = f".{name}.recordforge-probe-"
+    return prefix if holder is None else f"{prefix}{holder.pid}@{holder.host}-"
+
+
+def _remove_stale_probes(parent: str, name: str) -> None:
+    """Delete the exchange probes beside `name` whose process, of this host, no longer runs:
+    a run killed (SIGKILL, the OOM killer) while it probed left one behind."""
+    prefix = _probe_prefix(name)
+    for entry in os.listdir(parent):
+        owner, _, rest = entry[len(prefix) :].partition("@")
+        if not (entry.startswith(prefix) and owner.isdigit() and "-" in rest):
+            continue  # not a probe, or one named before probes named their process
+        holder = LockHolder("", rest.rsplit("-", 1)[0], int(owner), "")
+        if holder.is_stale():
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
 def prepare_output(

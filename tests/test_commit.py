@@ -286,6 +286,26 @@ def test_choose_staging_falls_back_to_the_journal_where_the_swap_cannot_serve(tm
         subprocess.run(["umount", str(mount)], check=True)
 
 
+def test_the_exchange_probe_of_a_killed_run_is_removed_by_the_next(tmp_path):
+    # A run killed (SIGKILL) while it tested whether the folder can be exchanged left its probe
+    # folder beside the output, and no later run removed it.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    host = socket.gethostname()
+    probes = {
+        "dead": f".out.recordforge-probe-{dead.pid}@{host}-k1ll3d_",
+        "alive": f".out.recordforge-probe-{os.getpid()}@{host}-runn1ng",
+        "elsewhere": f".out.recordforge-probe-{dead.pid}@not-{host}-x",
+        "unnamed": ".out.recordforge-probe-abc123",  # made before probes named their process
+        "other output": f".other.recordforge-probe-{dead.pid}@{host}-y",
+    }
+    for name in probes.values():
+        (tmp_path / name / "a").mkdir(parents=True)
+    assert choose_staging(str(tmp_path / "out")).mode == SWAP
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {name for what, name in probes.items() if what != "dead"}
+
+
 def test_readers_refuse_an_interrupted_journal_commit_with_one_line(tmp_path, cli):
     out = tmp_path / "out"
     _write_old(out)
