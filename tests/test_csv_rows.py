@@ -475,6 +475,37 @@ def test_inferred_schema_reads_its_own_file():
     ]
 
 
+def test_an_integer_beyond_int64_in_the_sample_is_a_bad_cell_of_an_int64_column():
+    # Was: pyarrow read the column as doubles and every value was rounded to float32
+    # (16777217 -> 16777216.0), with no error (the hostile tester's p4.csv).
+    data = b"id,n\n1,16777217\n2,9007199254740993\n3,18446744073709551616\n4,-9223372036854775809\n"
+    header, sample = read_sample(io.BytesIO(data))
+    resolved = resolve_schema(header, document=None, sample=sample, source_name="a.csv")
+    assert resolved.column("n") == spec("n", "int64")
+    assert read_all_sizes(data, resolved) == [
+        (1, {"id": (1,), "n": (16777217,)}),
+        (2, {"id": (2,), "n": (9007199254740993,)}),
+        (3, "BadCell", "column 'n': '18446744073709551616' is outside the int64 range"),
+        (4, "BadCell", "column 'n': '-9223372036854775809' is outside the int64 range"),
+    ]
+
+
+def test_a_number_beyond_float32_in_the_sample_is_a_bad_cell_of_a_float_column():
+    # Was: the whole column became text (bytes) for one 1e39 (the hostile tester's p4b.csv).
+    data = b"id,f\n1,1.5\n2,2.25\n3,1e39\n4,-1e400\n5,3.4028234e38\n"
+    header, sample = read_sample(io.BytesIO(data))
+    resolved = resolve_schema(header, document=None, sample=sample, source_name="a.csv")
+    assert resolved.column("f") == spec("f", "float")
+    too_large = "is too large for a float feature (float32, at most ±3.4028235e38)"
+    assert read_all_sizes(data, resolved) == [
+        (1, {"id": (1,), "f": (1.5,)}),
+        (2, {"id": (2,), "f": (2.25,)}),
+        (3, "BadCell", f"column 'f': '1e39' {too_large}"),
+        (4, "BadCell", f"column 'f': '-1e400' {too_large}"),
+        (5, {"id": (5,), "f": (3.4028234e38,)}),
+    ]
+
+
 def test_does_not_import_beam_or_tensorflow():
     code = (
         "import sys, recordforge.transforms.core.tables.rows, recordforge.schemas.csv.schema\n"

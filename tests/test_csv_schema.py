@@ -8,6 +8,8 @@ import json
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recordforge.schemas.csv.document import PANDAS_NULL_VALUES
 from recordforge.schemas.csv.schema import (
@@ -383,7 +385,23 @@ def test_delimiter_from_the_document_must_match_the_read():
         (["nan", "1"], None, "int64"),  # pandas' null values by default: nan is missing
         (["nan", "1"], [""], "float"),
         (["inf", "-inf"], None, "float"),
-        (["9223372036854775808"], None, "float"),  # beyond int64: pyarrow reads a double
+        # Integers beyond int64 are integers still (pyarrow reads them as doubles): the column
+        # is int64 and those cells BadCells when read (README, "Bad input").
+        (["9223372036854775808"], None, "int64"),
+        (["1", "16777217", "9007199254740993", "18446744073709551616"], None, "int64"),
+        (["-9223372036854775809", "5", "NA"], None, "int64"),
+        ([" 18446744073709551616 ", "007"], None, "int64"),
+        (["18446744073709551616", "2.5"], None, "float"),  # a decimal: float, as before
+        (["+5", "2"], None, "float"),  # pyarrow reads "+5" as a double: float, as before
+        (["+18446744073709551616", "2"], None, "float"),  # so also when it is too large
+        (["18446744073709551616", "x"], None, "bytes"),
+        (["18446744073709551616", "0x1F"], None, "bytes"),
+        # A finite number beyond float32 is a float still: a BadCell when read, not text.
+        (["1.5", "2.25", "1e39"], None, "float"),
+        (["1.5", "-1e400", "3.4028234e38"], None, "float"),
+        (["1", "1E39"], None, "float"),
+        (["1e39"], None, "float"),
+        (["1.5", "1e39", "abc"], None, "bytes"),
         (["1", "NA"], ["", "NA"], "int64"),
         (["1", "NA"], None, "int64"),  # NA is missing, as pandas reads it
         (["1", "NA"], [""], "bytes"),
@@ -401,6 +419,49 @@ def test_inference(values, null_values, dtype):
     document = {"null_values": null_values} if null_values is not None else None
     schema = resolve_schema(header, document=document, sample=sample, source_name="a.csv")
     assert schema.column("x") == ColumnSpec("x", "x", dtype)  # scalar, missing="omit"
+
+
+def _inferred(cells: list[str]) -> str:
+    header, sample = sample_of(["x", "pad"], [[c, "p"] for c in cells])
+    return (
+        resolve_schema(header, document=None, sample=sample, source_name="a.csv").columns[0].dtype
+    )
+
+
+_INT64_TEXT = st.integers(-(2**63), 2**63 - 1).map(str)
+_BEYOND_INT64 = st.one_of(st.integers(2**63, 10**40), st.integers(-(10**40), -(2**63) - 1)).map(str)
+_FLOAT_TEXT = st.floats(-3e38, 3e38, allow_nan=False).map(lambda f: f"{f:.6e}")
+_BEYOND_FLOAT32 = st.tuples(st.sampled_from(["", "-"]), st.integers(39, 300)).map(
+    lambda t: f"{t[0]}1.5e{t[1]}"
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(st.one_of(_INT64_TEXT, st.just("NA")), min_size=1, max_size=20),
+    beyond=st.lists(_BEYOND_INT64, min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_integers_beyond_int64_do_not_change_an_int64_column(cells, beyond, data):
+    if all(c == "NA" for c in cells):
+        cells.append("1")
+    assert _inferred(cells) == "int64"
+    for text in beyond:
+        cells.insert(data.draw(st.integers(0, len(cells))), text)
+    assert _inferred(cells) == "int64"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.lists(_FLOAT_TEXT, min_size=1, max_size=20),
+    beyond=st.lists(_BEYOND_FLOAT32, min_size=1, max_size=3),
+    data=st.data(),
+)
+def test_numbers_beyond_float32_do_not_change_a_float_column(cells, beyond, data):
+    assert _inferred(cells) == "float"
+    for text in beyond:
+        cells.insert(data.draw(st.integers(0, len(cells))), text)
+    assert _inferred(cells) == "float"
 
 
 def test_inference_of_invalid_utf8_and_of_a_header_only_file():

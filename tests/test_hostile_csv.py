@@ -405,3 +405,99 @@ def test_the_fields_of_every_record_are_those_pyarrow_counts(pieces):
     assert len(fields) == table.num_rows + len(counts)
     assert all(fields[number - 1] == got for number, got in counts)
     assert fields.count(table.num_columns) == table.num_rows
+
+
+# --- numbers that do not fit their column's type --------------------------------------------------
+
+
+def _parse_with_the_manifest_spec(out) -> list[dict]:
+    """Every record of the train split parsed as the real reader does (tf_dataset.load): one
+    tf.io.parse_single_example per record, the spec from the manifest's features."""
+    import tensorflow as tf
+
+    info = _manifest(out)
+    dtypes = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}
+    spec = {
+        key: tf.io.RaggedFeature(dtypes[f["dtype"]])
+        if -1 in f["shape"]
+        else tf.io.FixedLenFeature(f["shape"], dtypes[f["dtype"]])
+        for key, f in info["features"].items()
+    }
+    files = [str(out / shard["file"]) for shard in info["splits"]["train"]["shards"]]
+    records = []
+    for record in tf.data.TFRecordDataset(files):
+        parsed = tf.io.parse_single_example(record, spec)
+        values = {key: value.numpy() for key, value in parsed.items()}
+        records.append({k: v.tolist() if hasattr(v, "tolist") else v for k, v in values.items()})
+    return records
+
+
+def _convert_in_process(monkeypatch, path, out, range_mb) -> int:
+    from recordforge.pipelines import cli as cli_module
+
+    monkeypatch.setenv("RECORDFORGE_CSV_RANGE_MB", str(range_mb))
+    return cli_module.main(["convert", str(path), "-o", str(out), "--quiet", "--name", "t"])
+
+
+def _dataset_files(out) -> dict:
+    found = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == "dataset_info.json":
+                data = {k: v for k, v in json.loads(data).items() if k != "created"}
+            found[path.relative_to(out).as_posix()] = data
+    return found
+
+
+def test_one_number_too_large_for_its_type_is_a_bad_cell_not_another_column_type(
+    tmp_path, monkeypatch
+):
+    # Was (the hostile tester's problem 4): one integer beyond int64 made pyarrow's inference
+    # read the column as doubles, so every value was stored as a rounded float32 (16777217 ->
+    # 16777216.0) with "no errors"; one 1e39 among floats made the whole column text.
+    bad_n = {3: "18446744073709551616", 150: "-9223372036854775809"}
+    bad_f = {7: "1e39", 200: "-1e400"}
+    lines = ["id,n,f,t"]
+    expected = []
+    for row in range(1, 301):
+        n = 2**53 + row if row % 2 else 16777217 * row  # exact as int64 only
+        f = row + 0.25
+        lines.append(f"{row},{bad_n.get(row, n)},{bad_f.get(row, f)},r{row}")
+        if row not in bad_n and row not in bad_f:
+            expected.append({"id": row, "n": n, "f": f, "t": f"r{row}".encode()})
+    path = tmp_path / "numbers.csv"
+    path.write_text("\n".join(lines) + "\n")
+    whole, ranges = tmp_path / "whole", tmp_path / "ranges"
+    assert _convert_in_process(monkeypatch, path, whole, 0) == 0
+    # About 1 KiB ranges (the file is ~12 KiB): the rows read in a dozen pieces, as by
+    # several workers; the type comes from the launcher's sample, the same for both.
+    assert _convert_in_process(monkeypatch, path, ranges, 0.001) == 0
+    assert _dataset_files(ranges) == _dataset_files(whole)
+
+    features = _manifest(whole)["features"]
+    assert {key: (f["dtype"], f["shape"]) for key, f in features.items()} == {
+        "id": ("int64", []),
+        "n": ("int64", []),
+        "f": ("float", []),
+        "t": ("bytes", []),
+    }
+    errors = sorted(
+        (e["source"]["row"], e["error"], e["source"]["path"], e["message"])
+        for e in read_errors(whole)
+    )
+    too_large = "is too large for a float feature (float32, at most ±3.4028235e38)"
+    assert errors == [
+        (3, "BadCell", str(path), "column 'n': '18446744073709551616' is outside the int64 range"),
+        (7, "BadCell", str(path), f"column 'f': '1e39' {too_large}"),
+        (
+            150,
+            "BadCell",
+            str(path),
+            "column 'n': '-9223372036854775809' is outside the int64 range",
+        ),
+        (200, "BadCell", str(path), f"column 'f': '-1e400' {too_large}"),
+    ]
+    assert _manifest(whole)["num_records"] == 296
+    records = sorted(_parse_with_the_manifest_spec(whole), key=lambda r: r["id"])
+    assert records == expected  # n exact (2**53 + 1 is no float32 or float64); f as float32

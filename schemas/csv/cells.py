@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 _WHITESPACE = " \t\n\v\f\r"
 # The int64 grammar: an optional sign and digits, surrounding ASCII whitespace. Checked by a
 # regex first because pyarrow's cast is laxer (it accepts "0x1F") and stricter (it rejects "+5").
-_INT_PATTERN = r"^[ \t\n\v\f\r]*[+-]?[0-9]+[ \t\n\v\f\r]*$"
+INT_PATTERN = r"^[ \t\n\v\f\r]*[+-]?[0-9]+[ \t\n\v\f\r]*$"
 # A superset of what pyarrow's string->float cast accepts (checked by fuzzing): texts it rejects
 # are bad without a cast, which keeps a column of non-numbers (dates, words) off the slow path.
 _FLOAT_SHAPE = (
@@ -55,11 +55,26 @@ def not_a_value(text: bytes | str | None, dtype: str) -> str:
     A number that does not fit its feature type is named as such: an integer outside int64, a
     finite number beyond float32's range (Example floats are float32).
     """
+    if out_of_range(text, dtype):
+        if dtype == "int64":
+            return "is outside the int64 range"
+        return "is too large for a float feature (float32, at most ±3.4028235e38)"
+    return f"is not {dtype_phrase(dtype)}"
+
+
+def out_of_range(text: bytes | str | None, dtype: str) -> bool:
+    """Whether a cell text `convert_values` rejected is a number of the dtype that does not fit.
+
+    True for an integer literal outside int64 (dtype "int64") and for a finite number beyond
+    float32's range, such as "1e39" or "1e400" (dtype "float"; an infinity's name is not one).
+    Such a cell is a value of the column's kind, just too large: it does not make its column
+    another type (`csv.sample.infer_dtype`), it is a BadCell of its row.
+    """
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     text = (text or "").strip(_WHITESPACE)
-    if dtype == "int64" and re.fullmatch(r"[+-]?[0-9]+", text):
-        return "is outside the int64 range"
+    if dtype == "int64":
+        return re.fullmatch(r"[+-]?[0-9]+", text) is not None
     if dtype == "float" and re.fullmatch(_FLOAT_SHAPE, text):
         try:
             number = float(text)
@@ -67,10 +82,10 @@ def not_a_value(text: bytes | str | None, dtype: str) -> str:
             if math.isinf(number):  # "1e400", not an infinity's name
                 raise OverflowError
         except OverflowError:
-            return "is too large for a float feature (float32, at most ±3.4028235e38)"
+            return True
         except ValueError:
             pass
-    return f"is not {dtype_phrase(dtype)}"
+    return False
 
 
 def _nonzero(mask: pa.Array) -> list[int]:
@@ -125,7 +140,7 @@ def convert_values(arr: pa.Array, dtype: str) -> tuple[pa.Array, list[int]]:
     if dtype == "bytes":
         return arr, []
     if dtype == "int64":
-        pattern, cast_type, extra = _INT_PATTERN, pa.int64(), "+"
+        pattern, cast_type, extra = INT_PATTERN, pa.int64(), "+"
     elif dtype == "float":
         pattern, cast_type, extra = _FLOAT_SHAPE, pa.float64(), ""
     else:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
-from recordforge.schemas.csv.cells import convert_values
+from recordforge.schemas.csv.cells import INT_PATTERN, convert_values, out_of_range
 
 # A cell longer than this is not a number: its column is text (bytes).
 _LONGEST_NUMBER = 400
@@ -40,12 +41,41 @@ def infer_dtype(values: pa.Array | pa.ChunkedArray, null_values: Sequence[str]) 
         text = values.cast(pa.string())
     except pa.ArrowInvalid:
         return "bytes"  # not UTF-8: certainly not a number
+    inferred = _pyarrow_type(text, null_values)
+    if pa.types.is_floating(inferred):
+        # pyarrow reads an integer beyond int64 as a double, which would make a whole column of
+        # integers float (rounded) for one such cell. An integer is an integer however large: the
+        # column's type is decided with a stand-in of the same spelling (its digits "0") in
+        # place of each, and such a cell is then a BadCell of the int64 column.
+        text = _int64_stand_ins(text)
+        if text is not None:
+            inferred = _pyarrow_type(text, null_values)
+            values = text.cast(pa.binary())
+    if pa.types.is_integer(inferred):
+        candidates = ("int64", "float")
+    elif pa.types.is_floating(inferred):
+        candidates = ("float",)
+    else:
+        return "bytes"
+    null_set = pa.array([v.encode("utf-8") for v in null_values], pa.binary())
+    present = values.filter(pc.invert(pc.is_in(values, value_set=null_set)))
+    for dtype in candidates:
+        # A number of the dtype too large for it ("1e39" for float32) is a BadCell of its row
+        # when the rows are read; it does not make the column another type.
+        bad = convert_values(present, dtype)[1]
+        if all(out_of_range(present[i].as_py(), dtype) for i in bad):
+            return dtype
+    return "bytes"
+
+
+def _pyarrow_type(text: pa.Array, null_values: Sequence[str]) -> pa.DataType:
+    """The type pyarrow's CSV reader infers for a column of these texts (with these nulls)."""
     # Round-trip through pyarrow's CSV reader so its inference (with these null values) decides.
     sink = pa.BufferOutputStream()
     pa_csv.write_csv(
         pa.table({"c": text}), sink, write_options=pa_csv.WriteOptions(include_header=False)
     )
-    inferred = (
+    return (
         pa_csv.read_csv(
             pa.BufferReader(sink.getvalue()),
             # One block: a cell of any size is whole in it.
@@ -62,15 +92,25 @@ def infer_dtype(values: pa.Array | pa.ChunkedArray, null_values: Sequence[str]) 
         .schema.field("c")
         .type
     )
-    if pa.types.is_integer(inferred):
-        candidates = ("int64", "float")
-    elif pa.types.is_floating(inferred):
-        candidates = ("float",)
-    else:
-        return "bytes"
-    null_set = pa.array([v.encode("utf-8") for v in null_values], pa.binary())
-    present = values.filter(pc.invert(pc.is_in(values, value_set=null_set)))
-    for dtype in candidates:
-        if not convert_values(present, dtype)[1]:
-            return dtype
-    return "bytes"
+
+
+def _int64_stand_ins(text: pa.Array) -> pa.Array | None:
+    """The texts with each integer literal outside int64 spelled with "0" for its digits.
+
+    The sign and surrounding whitespace are kept, so pyarrow takes the stand-in as an integer
+    exactly when it would take the original were it in range ("+5" it reads as a double).
+
+    Returns:
+        The new texts, or None when no text is an integer outside int64.
+    """
+    integers = pc.fill_null(pc.match_substring_regex(text, INT_PATTERN), False)
+    if not integers.true_count:
+        return None
+    positions = pc.indices_nonzero(integers)
+    too_large = convert_values(pc.take(text, positions).cast(pa.binary()), "int64")[1]
+    if not too_large:
+        return None  # (the grammar matched, so every failure is a number beyond int64)
+    mask = np.zeros(len(text), dtype=bool)
+    mask[positions.to_numpy()[too_large]] = True
+    stand_ins = pc.replace_substring_regex(text, pattern="[0-9]+", replacement="0")
+    return pc.if_else(pa.array(mask), stand_ins, text)
