@@ -350,6 +350,12 @@ def _open_header(source: Source, fmt: str) -> ImageFile.ImageFile:
 
 def _decode_fully(source: Source, fmt: str, max_pixels: int) -> None:
     """Decodes every pixel (and frame TensorFlow would decode); raises Pillow's errors."""
+    if fmt == "bmp":
+        # TensorFlow's BMP decoder copies the pixel array as it is (bits_per_pixel / 8 channels,
+        # no palette, no compression): once check_bmp_layout has passed, it decodes any bytes.
+        # Pillow's decoder would apply the palette or the compression field, and refuse 8-bit
+        # palette or RLE-flagged files TensorFlow decodes.
+        return
     data = source.whole()
     if fmt == "gif":
         # Before decoding: a later frame may be a bomb.
