@@ -346,9 +346,19 @@ def _check_gif_colour_indices(data: bytes) -> None:
 
 def _check_webp(data: bytes) -> None:
     declared = struct.unpack_from("<I", data, 4)[0] + 8
-    if declared != len(data):
+    if declared > len(data):
         raise _truncated(
             "webp", f"its header declares {declared:,} bytes, the file has {len(data):,}"
+        )
+    if declared < len(data):
+        # Not truncated: longer. libwebp (TensorFlow's) ignores what follows the RIFF chunk, but
+        # the file is not one whole WebP, and the chunk walks here and in the probe would read
+        # those bytes as chunks: refused, by what it is.
+        extra = len(data) - declared
+        raise _corrupt(
+            "webp",
+            f"it has {extra:,} byte{'s' if extra != 1 else ''} after its RIFF chunk (its header "
+            f"declares {declared:,} bytes, the file has {len(data):,})",
         )
     offset, bitstreams = 12, 0
     while offset < len(data):

@@ -258,6 +258,8 @@ def _probe(
     if fmt is None:
         raise _unrecognised(source)
     try:
+        if fmt == "bmp":  # before Pillow reads a negative width as a huge one
+            image_formats.check_bmp_width(source.head)
         facts = _header_facts(source, fmt, max_pixels, orientation)
         image_formats.check_pixel_count(facts.width, facts.height, max_pixels)
         if fmt == "png":  # TensorFlow's limits, below most --max-image-pixels
