@@ -8,7 +8,7 @@ import json
 import math
 
 import pytest
-from conftest import make_image, read_dataset
+from conftest import make_image, read_dataset, read_errors
 
 from recordforge.schemas.csv.document import PANDAS_NULL_VALUES
 
@@ -163,3 +163,29 @@ def test_another_delimiter_in_the_header_is_warned_about(tmp_path, cli, header, 
         assert warned in result.stderr
     else:
         assert "separated by" not in result.stderr
+
+
+@pytest.mark.parametrize("with_images", [False, True], ids=["table", "images"])
+def test_a_missing_label_says_the_value_is_missing_not_that_the_cell_is_empty(
+    tmp_path, cli, with_images
+):
+    # `NA` is not an empty cell: the reader takes it as missing, and the message says so.
+    if with_images:
+        make_image(tmp_path / "a.jpg", "JPEG")
+        head, cells = "image,label", ["a.jpg,cat", "a.jpg,NA", "a.jpg,"]
+    else:
+        head, cells = "x,label", ["1,cat", "2,NA", "3,"]
+    (tmp_path / "t.csv").write_text("\n".join([head, *cells]) + "\n")
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "t.csv", "-o", out, "--label-column", "label")
+    assert result.returncode == 0, result.stderr
+    errors = read_errors(out)
+    assert [(e["error"], e["source"]["row"], e["message"]) for e in errors] == [
+        (
+            "MissingLabel",
+            row,
+            "label column 'label' has a missing value: its cell is empty or a text read as "
+            "missing, such as NA (--null-values sets those texts)",
+        )
+        for row in (2, 3)
+    ]

@@ -164,6 +164,44 @@ def test_a_bmp_tensorflow_cannot_decode_is_refused_by_the_probe(tf):
             tf.io.decode_image(data, expand_animations=False)
 
 
+def test_a_bmp_of_negative_width_is_corrupt_not_a_decompression_bomb(tf):
+    # Pillow reads the signed width field as unsigned: -8 looked like 4,294,967,288 columns.
+    bmp = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(bmp, "BMP")
+    for width, words in ((-8, "negative (-8)"), (0, "0")):
+        data = bytearray(bmp.getvalue())
+        data[18:22] = struct.pack("<i", width)
+        with pytest.raises(InputError) as info:
+            probe_image_bytes(bytes(data))
+        assert (info.value.kind, str(info.value)) == (
+            "CorruptImage",
+            f"the BMP file is corrupt: its width is {words}; TensorFlow decodes a positive "
+            "width only",
+        )
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Width must be positive"):
+            tf.io.decode_image(bytes(data), expand_animations=False)
+
+
+def test_a_webp_with_bytes_after_its_riff_chunk_is_not_called_truncated(tf):
+    webp = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(webp, "WEBP")
+    whole = webp.getvalue()
+    longer = whole + b"junk" * 5
+    probe_image_bytes(longer)  # decodes
+    with pytest.raises(InputError) as info:
+        check_structure(longer)
+    assert (info.value.kind, str(info.value)) == (
+        "CorruptImage",
+        f"the WEBP file is corrupt: it has 20 bytes after its RIFF chunk (its header declares "
+        f"{len(whole):,} bytes, the file has {len(whole) + 20:,})",
+    )
+    # TensorFlow (libwebp) reads the RIFF chunk and ignores the rest: longer, not truncated.
+    assert tuple(tf.io.decode_image(longer, expand_animations=False).shape) == (8, 8, 3)
+    with pytest.raises(InputError) as info:
+        check_structure(whole[:-8])
+    assert info.value.kind == "TruncatedImage"
+
+
 def _one_bit_bmp() -> bytes:
     out = io.BytesIO()
     Image.new("1", (64, 48)).save(out, "BMP")

@@ -12,6 +12,7 @@ import json
 import os
 import pathlib
 import shutil
+import struct
 import subprocess
 import sys
 import zlib
@@ -432,6 +433,119 @@ def test_deep_decodes_every_image(dataset, tmp_path):
     assert report["findings"][1]["message"] == (
         f"image/width is {width + 1} but the image decodes as {width}"
     )
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    chunks, offset = [], 8
+    while offset < len(data):
+        length, kind = struct.unpack_from(">I4s", data, offset)
+        chunks.append((kind, data[offset + 8 : offset + 8 + length]))
+        offset += 12 + length
+    return chunks
+
+
+def _png_chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _tf_decodes(data: bytes) -> bool:
+    import tensorflow as tf
+
+    try:
+        tf.io.decode_image(data, expand_animations=False)
+    except tf.errors.InvalidArgumentError:
+        return False
+    return True
+
+
+def test_deep_refuses_images_tensorflow_refuses_though_pillow_decodes_them(dataset):
+    """--deep judges a stored image as the converter does (its structure checks, then every
+    pixel), so it agrees with TensorFlow, not merely with Pillow."""
+    import tensorflow as tf
+    from PIL import Image
+
+    first = shards(dataset)[0]
+    path = dataset / first["file"]
+    payloads = records(path)
+    parsed = [tf.train.Example.FromString(p) for p in payloads]
+    pngs = [
+        i
+        for i, e in enumerate(parsed)
+        if e.features.feature["image/format"].bytes_list.value[0] == b"png"
+    ]
+    assert pngs, "the fixture's first shard holds a PNG"
+    index = pngs[0]
+    good = parsed[index].features.feature["image/encoded"].bytes_list.value[0]
+    chunks = _png_chunks(good)
+    assert chunks[-1][0] == b"IEND"
+    # An unknown critical chunk after the image data: libpng stops at it; Pillow ignores it.
+    unknown_critical = b"\x89PNG\r\n\x1a\n" + b"".join(
+        _png_chunk(kind, body) for kind, body in [*chunks[:-1], (b"ABCD", b"x"), chunks[-1]]
+    )
+    # The image data's CRC damaged, the data itself intact: libpng checks it, Pillow does not.
+    bad_crc = bytearray(good)
+    idat = good.index(b"IDAT")
+    bad_crc[idat + 4 + struct.unpack_from(">I", good, idat - 4)[0]] ^= 0x01
+    hostile = {1: unknown_critical, 2: bytes(bad_crc)}
+    for position, data in hostile.items():
+        Image.open(io.BytesIO(data)).load()  # Pillow decodes it
+        assert not _tf_decodes(data), "TensorFlow refuses it"
+        example = tf.train.Example()
+        example.CopyFrom(parsed[index])
+        example.features.feature["image/encoded"].bytes_list.value[0] = data
+        payloads[position] = example.SerializeToString()
+    write_shard(path, payloads)
+    fix_sizes(dataset)
+    where = offsets(path)
+
+    result, report = verify(dataset)
+    assert result.returncode == 0, "the records are otherwise sound"
+
+    result, report = verify(dataset, "--deep")
+    assert result.returncode == 1
+    assert brief(report) == [
+        ("image_decode", first["file"], 1, where[1]),
+        ("image_decode", first["file"], 2, where[2]),
+    ]
+    messages = [f["message"] for f in report["findings"]]
+    assert messages == [
+        "image/encoded does not decode: CorruptImage: the PNG file is corrupt: it has a critical "
+        f"chunk of an unknown type, ABCD (at byte {len(good) - 12:,})",
+        "image/encoded does not decode: CorruptImage: the PNG file is corrupt: the CRC of its "
+        f"IDAT chunk at byte {idat - 4:,} does not match its data",
+    ]
+    lines = run_cli("verify", dataset, "--deep").stdout.splitlines()
+    assert lines[0].startswith(f"{first['file']}: record 1 at byte {where[1]}: image_decode: ")
+
+
+def test_deep_passes_bmps_tensorflow_decodes_though_pillow_refuses_them(tmp_path):
+    """An 8-bit palette BMP, and one whose compression field says RLE8 over plain pixels:
+    TensorFlow reads neither palette nor compression, and decodes both (one channel);
+    convert writes them, with --check-pixels too, and verify --deep passes them."""
+    from PIL import Image
+
+    folder = tmp_path / "bmps"
+    folder.mkdir()
+    palette = Image.new("P", (6, 4))
+    palette.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0])
+    palette.putdata([i % 3 for i in range(24)])
+    palette.save(folder / "palette.bmp", "BMP")
+    rle8 = bytearray((folder / "palette.bmp").read_bytes())
+    rle8[30:34] = struct.pack("<I", 1)  # BI_RLE8, over uncompressed pixels
+    (folder / "rle8_flag.bmp").write_bytes(bytes(rle8))
+    import tensorflow as tf
+
+    for name in ("palette.bmp", "rle8_flag.bmp"):
+        data = (folder / name).read_bytes()
+        assert tuple(tf.io.decode_image(data, expand_animations=False).shape) == (4, 6, 1)
+    for option in ((), ("--check-pixels",)):
+        out = tmp_path / f"out{len(option)}"
+        result = run_cli("convert", folder, "-o", out, *option)
+        assert result.returncode == 0, result.stderr
+        assert manifest(out)["num_records"] == 2, option
+        result, report = verify(out, "--deep")
+        assert result.returncode == 0, report["findings"]
+        assert report["checked"]["records"] == 2
 
 
 def test_findings_beyond_the_limit_are_counted_not_listed(dataset, cli):

@@ -31,7 +31,12 @@ from recordforge.transforms.core.records import (
 )
 from recordforge.transforms.core.tables.ranges import WHOLE, CsvRange
 from recordforge.transforms.core.tables.receipts import CsvReceipt
-from recordforge.transforms.core.tables.rows import CsvEnd, RowError, read_csv_rows
+from recordforge.transforms.core.tables.rows import (
+    CsvEnd,
+    RowError,
+    missing_label,
+    read_csv_rows,
+)
 from recordforge.transforms.core.tables.stream import CsvReadFailure
 from recordforge.transforms.listing import list_entries
 from recordforge.transforms.progress import INPUTS_LISTED, Progress, counter
@@ -408,7 +413,7 @@ def _text(values: dict, column: str, missing_kind: str) -> str:
 
 def _label(values: dict, column: str) -> str | int:
     if column not in values or not values[column]:
-        raise InputError("MissingLabel", f"label column {column!r} is empty")
+        raise missing_label(column)
     raw = values[column][0]
     if isinstance(raw, int):
         return raw

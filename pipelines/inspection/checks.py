@@ -33,7 +33,8 @@ from recordforge.transforms.core.files.naming import (
     indexed_shard,
     shard_file_pattern,
 )
-from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS, decode_image_bytes
+from recordforge.transforms.core.images.integrity import check_image
+from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.tfrecord.framing import (
     DATA_CRC,
     FRAMING_BYTES,
@@ -349,7 +350,9 @@ class ShardVerifier:
         if len(encoded) != 1:
             return []  # the spec check reports it
         try:
-            facts = decode_image_bytes(encoded[0], max_pixels=self.max_pixels)
+            # As the converter judges an image before writing it (--check-pixels), whose checks
+            # follow TensorFlow's decoders: not merely whether Pillow decodes it.
+            facts = check_image(encoded[0], max_pixels=self.max_pixels)
         except InputError as error:
             return [("image_decode", f"image/encoded does not decode: {error.kind}: {error}")]
         decoded = {

@@ -159,6 +159,26 @@ def _bmp_channels(head: bytes) -> int:
     return 1 if bits < 8 else 3
 
 
+def check_bmp_width(head: bytes) -> None:
+    """Refuses a BMP whose width is not positive, as TensorFlow does ("Width must be
+    positive"), before its pixel count is: Pillow reads the signed width field as unsigned, so
+    a negative width would otherwise look like a decompression bomb of 4 billion columns.
+
+    Raises:
+        InputError: `CorruptImage`.
+    """
+    if len(head) < 22 or struct.unpack_from("<I", head, 14)[0] == 12:
+        return  # too short to say, or an OS/2 header (16-bit sizes): check_bmp_layout's
+    (width,) = struct.unpack_from("<i", head, 18)
+    if width <= 0:
+        what = f"negative ({width:,})" if width < 0 else "0"
+        raise InputError(
+            "CorruptImage",
+            f"the BMP file is corrupt: its width is {what}; TensorFlow decodes a positive "
+            "width only",
+        )
+
+
 def check_bmp_layout(head: bytes, size: int) -> None:
     """Refuses a BMP TensorFlow's decoder refuses (it reads no palette and no compression):
     it takes bits_per_pixel / 8 as the channel count, which must be 1, 3 or 4, and the file

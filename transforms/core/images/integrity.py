@@ -35,7 +35,12 @@ from zlib_ng import zlib_ng
 from recordforge.transforms.core.errors import InputError
 from recordforge.transforms.core.images import formats as image_formats
 from recordforge.transforms.core.images.jpeg_segments import JpegHeader
-from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS, decode_image_bytes
+from recordforge.transforms.core.images.probe import (
+    DEFAULT_MAX_PIXELS,
+    ImageFacts,
+    decode_image_bytes,
+    probe_image_bytes,
+)
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _INFLATE_PIECE = 1 << 20  # inflated bytes held at once while a PNG's stream is checked
@@ -75,6 +80,23 @@ def check_pixels(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
         InputError: the kinds of transforms.core.images.probe.decode_image_bytes.
     """
     decode_image_bytes(data, max_pixels=max_pixels)
+
+
+def check_image(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> ImageFacts:
+    """Judge an image's bytes as `convert --check-pixels` judges a file before writing it: the
+    probe (its header, under `max_pixels`, before anything is decoded), `check_structure`, then
+    `check_pixels`. `verify --deep` judges stored images so, to agree with the converter (and
+    with TensorFlow, whose decoders these checks follow).
+
+    Returns:
+        The image's facts, from its decoded pixels.
+
+    Raises:
+        InputError: as the probe, `check_structure` or `check_pixels` would.
+    """
+    probe_image_bytes(data, max_pixels=max_pixels)
+    check_structure(data)
+    return decode_image_bytes(data, max_pixels=max_pixels)
 
 
 def _corrupt(fmt: str, what: str) -> InputError:
@@ -324,9 +346,19 @@ def _check_gif_colour_indices(data: bytes) -> None:
 
 def _check_webp(data: bytes) -> None:
     declared = struct.unpack_from("<I", data, 4)[0] + 8
-    if declared != len(data):
+    if declared > len(data):
         raise _truncated(
             "webp", f"its header declares {declared:,} bytes, the file has {len(data):,}"
+        )
+    if declared < len(data):
+        # Not truncated: longer. libwebp (TensorFlow's) ignores what follows the RIFF chunk, but
+        # the file is not one whole WebP, and the chunk walks here and in the probe would read
+        # those bytes as chunks: refused, by what it is.
+        extra = len(data) - declared
+        raise _corrupt(
+            "webp",
+            f"it has {extra:,} byte{'s' if extra != 1 else ''} after its RIFF chunk (its header "
+            f"declares {declared:,} bytes, the file has {len(data):,})",
         )
     offset, bitstreams = 12, 0
     while offset < len(data):

@@ -258,6 +258,8 @@ def _probe(
     if fmt is None:
         raise _unrecognised(source)
     try:
+        if fmt == "bmp":  # before Pillow reads a negative width as a huge one
+            image_formats.check_bmp_width(source.head)
         facts = _header_facts(source, fmt, max_pixels, orientation)
         image_formats.check_pixel_count(facts.width, facts.height, max_pixels)
         if fmt == "png":  # TensorFlow's limits, below most --max-image-pixels
@@ -350,6 +352,12 @@ def _open_header(source: Source, fmt: str) -> ImageFile.ImageFile:
 
 def _decode_fully(source: Source, fmt: str, max_pixels: int) -> None:
     """Decodes every pixel (and frame TensorFlow would decode); raises Pillow's errors."""
+    if fmt == "bmp":
+        # TensorFlow's BMP decoder copies the pixel array as it is (bits_per_pixel / 8 channels,
+        # no palette, no compression): once check_bmp_layout has passed, it decodes any bytes.
+        # Pillow's decoder would apply the palette or the compression field, and refuse 8-bit
+        # palette or RLE-flagged files TensorFlow decodes.
+        return
     data = source.whole()
     if fmt == "gif":
         # Before decoding: a later frame may be a bomb.

@@ -24,7 +24,7 @@ from recordforge.transforms.core.planning.declare import csv_feature_columns
 from recordforge.transforms.core.planning.keys import HASH_BYTES, SplitChooser
 from recordforge.transforms.core.planning.labels import LabelMap
 from recordforge.transforms.core.records import REF_SCHEMA, STAGE_READ, CsvRoles, ErrorRecord
-from recordforge.transforms.core.tables.rows import CellBatch
+from recordforge.transforms.core.tables.rows import CellBatch, missing_label
 from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES
 
 
@@ -280,7 +280,7 @@ def _with_default(values: pa.Array, spec: ColumnSpec) -> pa.Array:
 
 
 def _missing_label(spec: ColumnSpec) -> InputError:
-    return InputError("MissingLabel", f"label column {spec.column!r} is empty")
+    return missing_label(spec.column)
 
 
 def _label_ids(texts: pa.Array, label_map: LabelMap) -> pa.Array:

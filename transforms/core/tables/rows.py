@@ -51,6 +51,16 @@ class ParsedRow:
     values: dict[str, tuple]
 
 
+def missing_label(column: str) -> InputError:
+    """A row's label cell is missing: empty, or a text the reader takes as missing (`NA`,
+    `null`, ...: pandas' defaults, or --null-values), which reaches the label as no value."""
+    return InputError(
+        "MissingLabel",
+        f"label column {column!r} has a missing value: its cell is empty or a text read as "
+        "missing, such as NA (--null-values sets those texts)",
+    )
+
+
 @dataclass(frozen=True)
 class RowError:
     """One data row that cannot be converted.
