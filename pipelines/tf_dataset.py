@@ -75,7 +75,8 @@ def load(
     files = [dataset.path(shard.file) for shard in split_info.shards]
     compression = "GZIP" if dataset.manifest.compression == "gzip" else None
     spec = feature_spec(dataset.manifest.features)
-    records = tf.data.Dataset.from_tensor_slices(files)
+    # Typed: an empty split's empty list would otherwise be a float tensor.
+    records = tf.data.Dataset.from_tensor_slices(tf.constant(files, dtype=tf.string))
     if shuffle_files:
         records = records.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
     records = records.interleave(

@@ -136,6 +136,28 @@ def test_load_and_iterate_handle_optional_variable_length_features(tmp_path, cli
     assert plain[4]["tags"] == [b"d", b"e", b"f"] and plain[3]["score"] == [2.5]
 
 
+def test_load_and_iterate_read_a_split_with_no_records(tmp_path, cli):
+    # One image in two splits leaves one of them empty: load() raised a TypeError (an empty
+    # list of file names became a float tensor).
+    from conftest import make_image
+
+    make_image(tmp_path / "photos" / "solo" / "a.png", "PNG", seed=1)
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "photos", "-o", out, "--splits", "train=0.5,test=0.5")
+    assert result.returncode == 0, result.stderr
+    counts = {name: split.num_records for name, split in _splits(out).items()}
+    assert sorted(counts.values()) == [0, 1]
+    for name, count in counts.items():
+        dataset = load(str(out), name)
+        assert dataset.cardinality().numpy() == count
+        assert len(list(dataset)) == count
+        assert len(list(iterate(str(out), name))) == count
+
+
+def _splits(out):
+    return open_dataset(str(out)).manifest.splits
+
+
 def test_iterate_needs_no_tensorflow_and_agrees_with_tf(converted):
     out = converted["gzipped"]
     script = (
