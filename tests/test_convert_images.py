@@ -155,12 +155,21 @@ def test_readme_reading_example_reads_every_record(photo_folder, tmp_path, cli, 
     block = re.search(
         r"### Reading it back with tf.data directly\n\n.*?```python\n(.*?)```", readme, re.S
     )
-    assert cli("convert", photo_folder, "-o", tmp_path / "out").returncode == 0
-    monkeypatch.chdir(tmp_path)
-    namespace: dict = {}
-    exec(block.group(1), namespace)  # the README's code, as a user would paste it
-    count = sum(int(batch["image/encoded"].shape[0]) for batch in namespace["dataset"])
-    assert count == namespace["info"]["splits"]["train"]["num_records"] == len(GOOD_IMAGES)
+    # Plain, with TensorFlow Datasets' metadata (its own dataset_info.json beside the
+    # manifest, which the snippet opened), and a train split with no records at all.
+    for run, extra, expected in (
+        ("plain", (), len(GOOD_IMAGES)),
+        ("tfds", ("--tfds",), len(GOOD_IMAGES)),
+        ("empty", ("--splits", "train=0.01,test=0.99", "--split-salt", "7"), None),
+    ):
+        folder = tmp_path / run
+        assert cli("convert", photo_folder, "-o", folder / "out", *extra).returncode == 0
+        monkeypatch.chdir(folder)
+        namespace: dict = {}
+        exec(block.group(1), namespace)  # the README's code, as a user would paste it
+        count = sum(int(batch["image/encoded"].shape[0]) for batch in namespace["dataset"])
+        assert count == namespace["info"]["splits"]["train"]["num_records"]
+        assert count == (len(GOOD_IMAGES) if expected else 0), run
 
 
 def test_symlinked_files_are_followed_folders_only_when_asked_and_broken_links_reported(
