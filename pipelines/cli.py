@@ -24,6 +24,7 @@ from recordforge.pipelines.local_workers import chosen_in_words
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
 from recordforge.pipelines.runner import add_runner_options, beam_options, how_it_runs
 from recordforge.schemas.features import MixedFeatureTypes
+from recordforge.schemas.tfds_metadata import names_left_out
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
@@ -34,6 +35,7 @@ from recordforge.transforms.core.errors import (
     UsageError,
     WorkerLost,
 )
+from recordforge.transforms.core.files.naming import MANIFEST_FILE_BESIDE_TFDS
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.reports.summary import plural
 from recordforge.transforms.internals import LOST_WORKER_TEXTS, subcommand_parser
@@ -407,6 +409,11 @@ def _print_summary(
         print(f"  {plural(len(labels), 'class')}: {shown}")
     if source.get("labels"):  # why folders gave labels, or did not
         print(f"  {source['labels']}")
+    if dataset.manifest_file == MANIFEST_FILE_BESIDE_TFDS and names_left_out(dataset.manifest):
+        print(
+            "  TFDS: a class name has a line break or leading or trailing spaces, which its "
+            "labels file cannot hold: its ClassLabel has ids only (the manifest keeps the names)"
+        )
     skipped = [
         f"{source[key]:,} {words}"
         for key, words in (

@@ -217,6 +217,15 @@ def label_names(manifest: Manifest) -> dict[str, list[str]]:
     return {found[0]: names}
 
 
+def names_left_out(manifest: Manifest) -> bool:
+    """Whether the records' class names cannot go in TFDS's labels file (`label_names`), so
+    that its ClassLabel has ids only."""
+    found = label_keys(manifest)
+    if not manifest.labels or found is None or manifest.features[found[0]].shape != ():
+        return False
+    return not label_names(manifest)
+
+
 def _class_label(manifest: Manifest) -> dict | None:
     count = num_classes(manifest)
     if count is None:

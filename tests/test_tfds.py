@@ -204,6 +204,22 @@ def test_numeric_labels_are_class_ids_without_names(tmp_path, cli):
     assert builder.info.supervised_keys == ({"x": "x"}, "label")
 
 
+def test_the_summary_says_when_class_names_cannot_go_in_tfds_labels_file(tmp_path, cli):
+    # A class folder named " cat" dropped every class's name from TFDS's ClassLabel, silently.
+    import tensorflow_datasets as tfds
+
+    for index, folder in enumerate((" cat", "dog", " cat", "dog")):
+        make_image(tmp_path / "photos" / folder / f"{index}.png", "PNG", seed=index)
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "photos", "-o", out, "--tfds")
+    assert result.returncode == 0, result.stderr
+    assert "its ClassLabel has ids only (the manifest keeps the names)" in result.stdout
+    label = tfds.builder_from_directory(str(out)).info.features["image/class/label"]
+    assert label.int2str(0) == "0"  # what the line warns of
+    plain = cli("convert", tmp_path / "photos", "-o", tmp_path / "plain")
+    assert "ClassLabel" not in plain.stdout  # without --tfds there is no ClassLabel to speak of
+
+
 def test_a_table_without_labels_has_no_supervised_keys(tmp_path, cli):
     import tensorflow_datasets as tfds
 
@@ -278,9 +294,11 @@ def _manifest(labels, label_counts, features=("label",)) -> Manifest:
 def test_class_names_that_a_names_file_cannot_hold_are_left_to_the_description():
     readable = _manifest(("a b", "c"), {"a b": 1, "c": 0})
     assert tfds_metadata.label_names(readable) == {"label": ["a b", "c"]}
+    assert not tfds_metadata.names_left_out(readable)
     for names in ((" a", "b"), ("", "b"), ("a\nb", "c"), ("a\rb", "c")):
         manifest = _manifest(names, dict.fromkeys(names, 0))
         assert tfds_metadata.label_names(manifest) == {}
+        assert tfds_metadata.names_left_out(manifest)  # the summary says so
         assert tfds_metadata.num_classes(manifest) == 2  # still a ClassLabel, by number
         files = dict(tfds_metadata.documents(manifest))
         assert "label.labels.txt" not in files
