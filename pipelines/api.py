@@ -17,7 +17,7 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from apache_beam.io.filesystem import CompressionTypes
@@ -29,7 +29,7 @@ from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
 from recordforge.pipelines import progress as progress_view
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
-from recordforge.pipelines.dataset import open_dataset
+from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.local_workers import LocalWorkers, choose_local_workers
 from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import (
@@ -100,6 +100,7 @@ def convert(
             likewise, when records' feature types disagree.
     """
     _check_keywords("convert", options)
+    output = preflight.path_argument(output, "output")
     flags = beam_flags(beam_args)
     with _staged_sources(sources, _temp_location(flags)) as (paths, tables):
         args = command_arguments("convert", paths, {"output": output, **options})
@@ -144,8 +145,8 @@ def verify(
     """
     if isinstance(max_findings, bool) or not isinstance(max_findings, int) or max_findings < 0:
         raise UsageError("--max-findings must be 0 (list all) or more")
-    if isinstance(dataset, str | os.PathLike):
-        dataset = preflight.normalize_path(os.fsdecode(dataset))
+    if not isinstance(dataset, DatasetFolder):
+        dataset = preflight.normalize_path(preflight.path_argument(dataset, "dataset"))
     report = verify_dataset(dataset, deep=deep, max_per_file=max_findings or None)
     if check and not report.ok:
         lines = format_report(report)
@@ -473,6 +474,8 @@ def _staged_sources(
         return
     if isinstance(sources, str | bytes | os.PathLike):
         sources = [sources]
+    if not isinstance(sources, Iterable):
+        raise UsageError(f"sources are paths, a DataFrame or a Table, not {sources!r}")
     sources = list(sources)
     if not sources:
         raise UsageError("no sources given")
@@ -481,4 +484,4 @@ def _staged_sources(
             raise UsageError("give a DataFrame or a Table alone, not in a list of sources")
         if not isinstance(source, str | bytes | os.PathLike):
             raise UsageError(f"a source is a path, a DataFrame or a Table, not {source!r}")
-    yield [os.fsdecode(source) for source in sources], ()
+    yield [preflight.path_argument(source, "a source") for source in sources], ()

@@ -104,7 +104,9 @@ def open_dataset(folder: str | os.PathLike | DatasetFolder) -> DatasetFolder:
     """
     if isinstance(folder, DatasetFolder):
         return folder
-    folder = os.fsdecode(folder)
+    if not isinstance(folder, str | bytes | os.PathLike):
+        raise UsageError(f"a dataset is a folder's path (a str or os.PathLike), not {folder!r}")
+    folder = os.path.expanduser(os.fsdecode(folder))
     folder = folder.rstrip("/") if len(folder) > 1 else folder
     try:
         journal = interrupted_commit(folder)

@@ -61,6 +61,17 @@ from recordforge.transforms.storage_errors import STORAGE_ERRORS
 LOGGER = logging.getLogger("recordforge")
 
 
+def path_argument(value, what: str) -> str:
+    """A path the Python API was given (str, bytes or os.PathLike) as text, `~` expanded.
+
+    Raises:
+        UsageError: `value` is not a path (a number, None, ...).
+    """
+    if not isinstance(value, str | bytes | os.PathLike):
+        raise UsageError(f"{what} is a path (a str or os.PathLike), not {value!r}")
+    return os.path.expanduser(os.fsdecode(value))
+
+
 def normalize_path(path: str) -> str:
     """Local paths become absolute (workers may run elsewhere), `file://` URIs local paths,
     names that are not UTF-8 pipeline text (transforms.core.files.filenames); URLs stay as they are.

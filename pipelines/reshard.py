@@ -14,8 +14,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -78,7 +79,10 @@ def reshard(
     """
     from recordforge.pipelines.api import refusal_in
 
-    args = reshard_arguments([inputs] if isinstance(inputs, str) else list(inputs), output, options)
+    if isinstance(inputs, str | bytes | os.PathLike) or not isinstance(inputs, Iterable):
+        inputs = [inputs]
+    inputs = [preflight.path_argument(item, "an input") for item in inputs]
+    args = reshard_arguments(inputs, preflight.path_argument(output, "output"), options)
     output, config, files, beam, prepared = prepare_reshard(args, beam_args)
     try:
         run_reshard(config, files, beam)

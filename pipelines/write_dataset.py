@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import logging
 import uuid
+import weakref
 from collections.abc import Mapping
 
 import apache_beam as beam
@@ -19,6 +20,9 @@ from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.examples import ExamplesConfig, ParkElements, WriteExamples
 
 LOGGER = logging.getLogger("recordforge")
+
+# The output folders of each pipeline's WriteDataset transforms.
+_OUTPUTS: weakref.WeakKeyDictionary[beam.Pipeline, set[str]] = weakref.WeakKeyDictionary()
 
 
 class WriteDataset(beam.PTransform):
@@ -43,7 +47,7 @@ class WriteDataset(beam.PTransform):
         super().__init__()
         options = dict(options)
         features = options.pop("features", None)
-        args = _arguments(output, options)
+        args = _arguments(preflight.path_argument(output, "output"), options)
         self._overwrite = args.overwrite
         self._config = _config(args, features)
 
@@ -53,6 +57,15 @@ class WriteDataset(beam.PTransform):
 
     def expand(self, records):
         config = self._config
+        # Two writers of one folder in one pipeline would each stage and commit into it: the
+        # second finds its staging gone, after the first has replaced the dataset.
+        written = _OUTPUTS.setdefault(records.pipeline, set())
+        if config.output in written:
+            raise UsageError(
+                f"WriteDataset: this pipeline writes {config.output} already; give each "
+                "WriteDataset its own output folder"
+            )
+        written.add(config.output)
         # Staged as `convert` stages (pipelines/output.py): the previous dataset stays until the
         # new one commits. The lock is given back at once: the pipeline runs when its owner
         # runs it (or never), so no run of this process could be told apart from a dead one.

@@ -92,7 +92,11 @@ def test_an_arrow_table_converts_as_pyarrow_csv_writes_it(tmp_path):
     dataset = recordforge.convert(table, tmp_path / "b", name="t", label_column="label")
     assert _shards(tmp_path / "a") == _shards(tmp_path / "b")
     records = sorted(recordforge.iterate(dataset), key=lambda r: r["label/text"])
-    assert len(records) == 6 and {r["label/text"][0] for r in records} == {b"x", b"y"}
+    # `f` is a float column, and 1e300 is beyond float32: a BadCell of its row, both ways.
+    assert len(records) == 5 and {r["label/text"][0] for r in records} == {b"x", b"y"}
+    for out in ("a", "b"):
+        (error,) = read_errors(tmp_path / out)
+        assert (error["error"], error["source"]["row"]) == ("BadCell", 4)
 
 
 def test_image_paths_in_a_dataframe_are_relative_to_the_current_folder(tmp_path, monkeypatch, tf):
@@ -235,6 +239,38 @@ def test_sources_that_are_not_inputs_are_usage_errors(tmp_path):
         recordforge.convert(tmp_path / "nothing", tmp_path / "o")
     with pytest.raises(errors.UsageError, match="beam_args is a list"):
         recordforge.convert(pd.DataFrame({"a": [1]}), tmp_path / "o", beam_args="--x")
+
+
+def test_what_is_not_a_path_is_a_usage_error_and_writes_nothing(tmp_path, monkeypatch):
+    # A number or None where a path belongs raised TypeErrors from inside (or, as an output,
+    # wrote a dataset into a folder named "42"), and WriteDataset refused a pathlib.Path.
+    monkeypatch.chdir(tmp_path)
+    table = pd.DataFrame({"a": [1, 2, 3]})
+    calls = {
+        "output": lambda: recordforge.convert(table, 42),
+        "sources": lambda: recordforge.convert(42, tmp_path / "o"),
+        "no sources": lambda: recordforge.convert(None, tmp_path / "o"),
+        "a source": lambda: recordforge.convert([tmp_path, 7], tmp_path / "o"),
+        "reshard": lambda: recordforge.reshard(42, tmp_path / "o"),
+        "WriteDataset": lambda: recordforge.WriteDataset(42),
+        "open_dataset": lambda: recordforge.open_dataset(42),
+        "verify": lambda: recordforge.verify(None),
+    }
+    for what, call in calls.items():
+        with pytest.raises(errors.UsageError, match="path|paths"):
+            call()
+        assert sorted(p.name for p in tmp_path.iterdir()) == [], what
+    assert recordforge.WriteDataset(tmp_path / "w").config.output == str(tmp_path / "w")
+
+
+def test_a_dataset_in_the_home_folder_is_read_by_its_tilde_path(tmp_path, monkeypatch):
+    # convert, plan and verify took "~/data"; open_dataset, load and iterate did not.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    recordforge.convert(pd.DataFrame({"a": [1, 2, 3]}), "~/data")
+    assert (tmp_path / "data" / "dataset_info.json").is_file()
+    assert recordforge.open_dataset("~/data").manifest.num_records == 3
+    assert sorted(row["a"][0] for row in recordforge.iterate("~/data")) == [1, 2, 3]
+    assert len(list(recordforge.load("~/data"))) == 3
 
 
 def test_the_library_never_exits():

@@ -145,6 +145,31 @@ def fn_api_pipeline() -> beam.Pipeline:
     return beam.Pipeline(runner=FnApiRunner())
 
 
+def test_one_folder_written_twice_in_a_pipeline_is_refused_and_the_dataset_kept(tmp_path):
+    # Both writers staged and committed into it: the run failed with a FileNotFoundError after
+    # one of them had replaced the dataset.
+    out = str(tmp_path / "out")  # text: the folder, not a pathlib.Path, is what is tested
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create([{"x": i} for i in range(10)]) | recordforge.WriteDataset(out)
+    kept = _files(out)
+    with pytest.raises(recordforge.errors.UsageError, match="writes .*out already"):
+        with beam.Pipeline() as pipeline:
+            records = pipeline | beam.Create([{"x": i} for i in range(100)])
+            _ = records | "One" >> recordforge.WriteDataset(out, overwrite=True)
+            _ = records | "Two" >> recordforge.WriteDataset(f"{out}/", overwrite=True)
+    assert _files(out) == kept
+    # Two folders in one pipeline are fine.
+    with beam.Pipeline() as pipeline:
+        records = pipeline | beam.Create([{"x": i} for i in range(100)])
+        _ = records | "One" >> recordforge.WriteDataset(str(tmp_path / "a"))
+        _ = records | "Two" >> recordforge.WriteDataset(str(tmp_path / "b"))
+    assert recordforge.open_dataset(tmp_path / "b").manifest.num_records == 100
+
+
+def _files(folder: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in pathlib.Path(folder).iterdir() if p.is_file()}
+
+
 def test_tf_train_example_objects_are_written_as_their_serialized_bytes(tmp_path):
     tf = pytest.importorskip("tensorflow")
 
