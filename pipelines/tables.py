@@ -102,6 +102,23 @@ def _write_csv(table, kind: str, stream) -> None:
         text.flush()
         text.detach()
     else:
+        import pyarrow as pa
         import pyarrow.csv
 
-        pyarrow.csv.write_csv(table, stream)
+        nested = [
+            f"{name!r} ({kind})"
+            for name, kind in zip(table.column_names, table.schema.types, strict=True)
+            if pa.types.is_nested(kind)
+        ]
+        if nested:
+            raise UsageError(
+                f"the Table's column {', '.join(nested)} holds lists or structs, which a CSV "
+                "cell (what recordforge reads a Table as) cannot; make them text first"
+            )
+        try:
+            pyarrow.csv.write_csv(table, stream)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:  # binary not UTF-8
+            raise UsageError(
+                f"the Table cannot be written as CSV, which recordforge reads it as: {error}; "
+                "make such columns text first (or give a DataFrame)"
+            ) from None

@@ -99,6 +99,19 @@ def test_an_arrow_table_converts_as_pyarrow_csv_writes_it(tmp_path):
         assert (error["error"], error["source"]["row"]) == ("BadCell", 4)
 
 
+def test_an_arrow_table_with_columns_a_csv_cannot_hold_is_a_usage_error(tmp_path):
+    # pyarrow's own ArrowInvalid came out of convert(), naming no column.
+    tables = {
+        "'l' (list<item: int64>)": pa.table({"n": [1, 2], "l": pa.array([[1, 2], [3]])}),
+        "'s' (struct<a: int64>)": pa.table({"s": pa.array([{"a": 1}, {"a": 2}])}),
+        "Invalid UTF8": pa.table({"b": pa.array([b"\xff\xfe", b"a"], pa.binary())}),
+    }
+    for said, table in tables.items():
+        with pytest.raises(errors.UsageError, match=re.escape(said)):
+            recordforge.convert(table, tmp_path / "out")
+        assert not (tmp_path / "out").exists()
+
+
 def test_image_paths_in_a_dataframe_are_relative_to_the_current_folder(tmp_path, monkeypatch, tf):
     images = tmp_path / "images"
     images.mkdir()
