@@ -12,6 +12,7 @@ from typing import BinaryIO
 
 from apache_beam.io.filesystems import FileSystems
 
+from recordforge.pipelines.preflight import path_argument
 from recordforge.schemas import codec
 from recordforge.schemas.manifest import Manifest, ShardInfo, SplitInfo
 from recordforge.transforms.core.errors import UsageError
@@ -104,9 +105,7 @@ def open_dataset(folder: str | os.PathLike | DatasetFolder) -> DatasetFolder:
     """
     if isinstance(folder, DatasetFolder):
         return folder
-    if not isinstance(folder, str | bytes | os.PathLike):
-        raise UsageError(f"a dataset is a folder's path (a str or os.PathLike), not {folder!r}")
-    folder = os.path.expanduser(os.fsdecode(folder))
+    folder = path_argument(folder, "a dataset")
     folder = folder.rstrip("/") if len(folder) > 1 else folder
     try:
         journal = interrupted_commit(folder)
