@@ -470,7 +470,13 @@ def _staged_sources(
     """(source paths, staged tables) for what `convert` and `plan` were given."""
     if table_kind(sources) is not None:
         with staged_table(sources, temp_location) as table:
-            yield [table.path], (table,)
+            try:
+                yield [table.path], (table,)
+            except UsageError as error:  # name the table as the user knows it, not its file
+                message = str(error)
+                if table.path not in message:
+                    raise
+                raise UsageError(message.replace(table.path, table.label)) from None
         return
     if isinstance(sources, str | bytes | os.PathLike):
         sources = [sources]

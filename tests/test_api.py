@@ -112,6 +112,19 @@ def test_an_arrow_table_with_columns_a_csv_cannot_hold_is_a_usage_error(tmp_path
         assert not (tmp_path / "out").exists()
 
 
+def test_a_dataframes_usage_errors_name_the_dataframe_not_its_staged_file(tmp_path):
+    # They named /tmp/recordforge-table-*/table.csv, a file the user never made (gone by then).
+    cases = (
+        (pd.DataFrame({"a": [1, 2]}), {"label_column": "nope"}, "not a column of"),
+        (pd.DataFrame([[1, 2]], columns=["a", "a"]), {}, "more than once"),
+    )
+    for table, options, said in cases:
+        with pytest.raises(errors.UsageError, match=said) as caught:
+            recordforge.convert(table, tmp_path / "out", **options)
+        assert "<pandas.DataFrame>" in str(caught.value)
+        assert "table.csv" not in str(caught.value)
+
+
 def test_image_paths_in_a_dataframe_are_relative_to_the_current_folder(tmp_path, monkeypatch, tf):
     images = tmp_path / "images"
     images.mkdir()
