@@ -52,6 +52,7 @@ from recordforge.transforms.core.files.paths import (
     is_hidden,
     relative_path,
 )
+from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.records import CsvRoles, Source
 from recordforge.transforms.core.tables.stream import read_sample
 from recordforge.transforms.listing import list_files
@@ -148,7 +149,7 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
         typed, split = split_source_argument(argument, follow_symlinks)
         path = normalize_path(typed)
         raw = display(from_os(typed))  # as typed, for messages and the manifest
-        if has_glob(path):
+        if is_glob(path):
             matched = list_files(path, follow_symlinks=follow_symlinks)
             if not matched:
                 raise UsageError(f"no files match {raw!r}")

@@ -30,7 +30,8 @@ from recordforge.schemas.csv.document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.files.naming import is_valid_split_name
-from recordforge.transforms.core.files.paths import glob_root, has_glob, is_hidden, relative_path
+from recordforge.transforms.core.files.paths import glob_root, is_hidden, relative_path
+from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.tfrecord.inputs import TFRecordInput, is_metadata, split_of
 from recordforge.transforms.examples import ExamplesConfig
 from recordforge.transforms.listing import list_files
@@ -238,7 +239,7 @@ def list_inputs(
     hidden = metadata = 0
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
-        if has_glob(path):
+        if is_glob(path):
             files, root = list_files(path), glob_root(path)
             if not files:
                 raise UsageError(f"no files match {raw!r}")

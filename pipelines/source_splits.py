@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.files.filenames import from_os, to_os
-from recordforge.transforms.core.files.paths import has_glob, has_scheme, is_hidden, relative_path
+from recordforge.transforms.core.files.paths import has_scheme, is_hidden, relative_path
+from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.planning.splits import (
     SplitNameClash,
     describe_folders,
@@ -175,7 +176,7 @@ def _split_of_source_name(source: Source) -> str | None:
     """The split a folder source or a CSV file is named after (data/val, test.csv), or None."""
     if source.kind == "images" and not _is_folder_source(source):
         return None  # an image file called test.jpg is not a split
-    if source.kind == "csv" and has_glob(source.pattern):
+    if source.kind == "csv" and is_glob(source.pattern):
         return None
     name = source.pattern.rstrip("/").removesuffix("/**").rsplit("/", 1)[-1]
     for suffix in _CSV_SUFFIXES:

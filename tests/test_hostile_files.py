@@ -274,3 +274,25 @@ def test_a_hidden_file_named_on_its_own_is_converted(tmp_path, cli):
     manifest = _manifest(out)
     assert (manifest["num_inputs"], manifest["num_records"]) == (1, 1)
     assert manifest["source"]["ignored_hidden_files"] == 1
+
+
+def test_a_folder_or_file_whose_name_has_glob_characters_is_itself(tmp_path, cli):
+    # "photos [2024]" was taken for a glob and matched nothing: "no files match", exit 2.
+    root = tmp_path / "in" / "photos [2024]"
+    make_image(root / "cat" / "[1].jpg", "JPEG", seed=1)
+    make_image(root / "cat" / "1.jpg", "JPEG", seed=2)  # what the glob [1].jpg would match
+    make_image(root / "dog" / "a.jpg", "JPEG", seed=3)
+    out = tmp_path / "folder"
+    result = cli("convert", root, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert _manifest(out)["num_records"] == 3
+    out = tmp_path / "file"
+    result = cli("convert", root / "cat" / "[1].jpg", "-o", out)
+    assert result.returncode == 0, result.stderr
+    (record,) = list(iterate(out, "train"))
+    assert record["image/encoded"] == [(root / "cat" / "[1].jpg").read_bytes()]
+    # A pattern that names nothing as it is stays a glob.
+    out = tmp_path / "glob"
+    result = cli("convert", f"{tmp_path}/in/photos*/*/*.jpg", "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert _manifest(out)["num_records"] == 3

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recordforge.transforms.core.files.filenames import from_os, to_os
-from recordforge.transforms.core.files.paths import glob_root, has_glob, has_scheme, is_hidden
-from recordforge.transforms.core.files.walk import closure, segment_matches
+from recordforge.transforms.core.files.paths import glob_root, has_scheme, is_hidden
+from recordforge.transforms.core.files.walk import closure, is_glob, segment_matches
 from recordforge.transforms.core.records import Source
 
 _KIND_ORDER = {"folder": 0, "glob": 1, "file": 2}
@@ -86,9 +86,9 @@ class Reach:
 def reach_of(source: Source) -> Reach:
     """A source's direct reach, its root's links resolved (on the machine that lists it)."""
     pattern = source.pattern
-    if pattern.endswith("/**") and not has_glob(pattern[:-3]):
+    if pattern.endswith("/**") and not is_glob(pattern[:-3]):
         return Reach(source.index, "folder", _real(pattern[:-3]))
-    if has_glob(pattern):
+    if is_glob(pattern):
         root = glob_root(pattern)
         segments = tuple(pattern[len(root) :].lstrip("/").split("/"))
         return Reach(source.index, "glob", _real(root), segments)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from recordforge.transforms.core.files.confine import is_within
 from recordforge.transforms.core.files.filenames import display, from_os, to_os
-from recordforge.transforms.core.files.paths import glob_root, has_glob
+from recordforge.transforms.core.files.paths import glob_root, has_glob, has_scheme
 
 FILE = "file"
 HIDDEN = "hidden"
@@ -44,6 +44,14 @@ class Listed(NamedTuple):
     error: tuple[str, str] | None = None
 
 
+def is_glob(pattern: str) -> bool:
+    """Whether a source is a glob: it has glob characters and, when local, names no existing
+    file or folder as it is (`photos [2024]` is a folder's name before it is a glob)."""
+    if not has_glob(pattern):
+        return False
+    return has_scheme(pattern) or not os.path.lexists(to_os(pattern))
+
+
 def walk_pattern(
     pattern: str,
     *,
@@ -55,10 +63,10 @@ def walk_pattern(
 
     `limit` stops the walk after about that many entries (a quick look, as preflight takes).
     """
-    if pattern.endswith("/**") and not has_glob(pattern[:-3]):
+    if pattern.endswith("/**") and not is_glob(pattern[:-3]):
         segments: tuple[str, ...] | None = None
         root = pattern[:-3]
-    elif has_glob(pattern):
+    elif is_glob(pattern):
         root = glob_root(pattern)
         segments = tuple(pattern[len(root) :].lstrip("/").split("/"))
     else:
