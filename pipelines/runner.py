@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import (
     StandardOptions,
 )
 
-from recordforge.pipelines.local_workers import BYTES_PER_WORKER
+from recordforge.pipelines.local_workers import BYTES_PER_WORKER, usable_cores
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.internals import add_option_arguments, fn_api_runner
 
@@ -275,12 +275,23 @@ def _check_connects(option: str, what: str, address: str) -> None:
 
 _LOCAL_WORKER_FLAGS = ("--direct_num_workers", "--direct_running_mode")
 
+# More local worker processes than this per core is a mistake (--workers 1000): each one starts
+# an SDK harness of its own, and the run would spend minutes starting them.
+WORKERS_PER_CORE = 16
+
 
 def _local_workers_args(runner: str | None, workers: int | None, beam_args: Sequence[str]):
     if workers is None:
         return []
     if workers < 1:
         raise UsageError(f"--workers wants a count of 1 or more, got {workers}")
+    cores = usable_cores()
+    if workers > WORKERS_PER_CORE * cores:
+        raise UsageError(
+            f"--workers {workers} is more than {WORKERS_PER_CORE} worker processes for each of "
+            f"the {cores} cores this process may use (at most {WORKERS_PER_CORE * cores}): "
+            "each one only adds its start-up and memory"
+        )
     if runner is not None:
         raise UsageError(
             "--workers is for the local runner; other runners size their workers with their "

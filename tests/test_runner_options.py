@@ -18,6 +18,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import userstate
 from conftest import is_loopback
 
+from recordforge.pipelines import runner
 from recordforge.pipelines.runner import (
     CSV_RANGE_BYTES,
     beam_options,
@@ -117,6 +118,16 @@ def test_workers_stand_for_beams_local_worker_flags(workers, expected):
 def test_workers_mistakes_are_usage_errors(runner, workers, beam_args, phrase):
     with pytest.raises(UsageError, match=re.escape(phrase)):
         runner_args(runner, None, workers, beam_args)
+
+
+def test_more_workers_than_the_cores_can_start_is_a_usage_error(monkeypatch):
+    monkeypatch.setattr(runner, "usable_cores", lambda: 2)
+    assert "--direct_num_workers=32" in runner_args(None, None, 32)
+    with pytest.raises(
+        UsageError,
+        match=re.escape("--workers 33 is more than 16 worker processes for each of the 2 cores"),
+    ):
+        runner_args(None, None, 33)
 
 
 @pytest.mark.parametrize(
