@@ -11,6 +11,21 @@ from recordforge.schemas.features import FeatureSpec
 FORMAT_VERSION = 1
 
 
+def inside_the_dataset(name: str) -> str:
+    """`name`, a file the manifest lists, if it names a file inside the dataset's folder.
+
+    Readers join it to the folder: an absolute path, a URL or a `..` would lead them to files of
+    another dataset, or anywhere, in a manifest that was edited or damaged.
+
+    Raises:
+        ValueError: it does not.
+    """
+    parts = name.split("/") if isinstance(name, str) else None
+    if not parts or "://" in name or "\\" in name or any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{name!r} is not the name of a file inside the dataset's folder")
+    return name
+
+
 @dataclass(frozen=True)
 class ShardInfo:
     """One shard file: its name relative to the dataset folder, record count and exact size.
@@ -22,6 +37,11 @@ class ShardInfo:
     num_records: int
     num_bytes: int
     index: str | None = None
+
+    def __post_init__(self) -> None:
+        inside_the_dataset(self.file)
+        if self.index is not None:
+            inside_the_dataset(self.index)
 
     def to_dict(self) -> dict:
         shard = {"file": self.file, "num_records": self.num_records, "num_bytes": self.num_bytes}
@@ -147,7 +167,7 @@ class Manifest:
             plan=data["plan"],
             errors=ErrorSummary(
                 count=data["errors"]["count"],
-                files=tuple(data["errors"]["files"]),
+                files=tuple(inside_the_dataset(name) for name in data["errors"]["files"]),
                 by_stage=data["errors"]["by_stage"],
                 by_kind=data["errors"]["by_kind"],
             ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 
@@ -185,6 +186,34 @@ def test_readers_name_a_missing_split_or_dataset(converted, tmp_path):
     (tmp_path / "dataset_info.json").write_text('{"name": "someone else\'s"}')
     with pytest.raises(UsageError, match="is not a recordforge dataset"):
         next(iterate(str(tmp_path)))
+
+
+@pytest.mark.parametrize(
+    ("entry", "name"),
+    [
+        ("file", "../elsewhere/elsewhere-train.tfrecord-00000-of-00001"),
+        ("file", "/etc/hostname"),
+        ("file", "gs://someone/else.tfrecord"),
+        ("index", "index/../../x.idx"),
+    ],
+)
+def test_readers_refuse_a_manifest_naming_files_outside_its_folder(
+    converted, tmp_path, cli, entry, name
+):
+    """A manifest edited or damaged to name a shard elsewhere must not lead a reader there: the
+    other dataset's records would be read as this one's."""
+    dataset = tmp_path / "dataset"
+    shutil.copytree(converted["plain"], dataset)
+    manifest = json.loads((dataset / "recordforge.json").read_text())
+    manifest["splits"]["train"]["shards"][0][entry] = name
+    (dataset / "recordforge.json").write_text(json.dumps(manifest))
+    message = f"not a valid recordforge manifest.*{re.escape(repr(name))} is not the name of a file"
+    for read in (lambda: load(str(dataset)), lambda: next(iterate(str(dataset)))):
+        with pytest.raises(UsageError, match=message):
+            read()
+    result = cli("verify", dataset)
+    assert result.returncode == 2
+    assert "is not the name of a file inside the dataset's folder" in result.stderr
 
 
 # --- index files: read by DALI and the `tfrecord` package -----------------------------------
