@@ -338,6 +338,61 @@ def test_interlaced_pngs_keep_their_pixels_when_size_and_mode_stay(args, modes, 
     assert outcomes == dict.fromkeys(sources, "same pixels")
 
 
+def _gif(screen: tuple[int, int], offset: tuple[int, int], transparent: bool) -> bytes:
+    """A one-frame 20x10 GIF (a red corner on a gradient) whose logical screen and frame offset
+    are patched to `screen` and `offset`, its colour 0 transparent or not."""
+    import numpy as np
+
+    y, x = np.mgrid[0:10, 0:20]
+    pixels = np.stack([x * 12, y * 25, np.full_like(x, 128)], -1).astype(np.uint8)
+    pixels[:3, :3] = (255, 0, 0)
+    image = Image.fromarray(pixels).convert("P", palette=Image.Palette.ADAPTIVE, colors=32)
+    buffer = io.BytesIO()
+    image.save(buffer, "GIF", **({"transparency": 0} if transparent else {}))
+    data = bytearray(buffer.getvalue())
+    data[6:10] = struct.pack("<HH", *screen)
+    descriptor = data.index(b"\x2c", 13 + 3 * (2 << (data[10] & 7)))
+    data[descriptor + 1 : descriptor + 5] = struct.pack("<HH", *offset)
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("screen", "offset", "transparent"),
+    [
+        ((40, 30), (0, 0), False),
+        ((40, 30), (5, 5), False),
+        ((20, 10), (0, 0), True),
+        ((40, 30), (3, 2), True),
+        ((20, 10), (5, 5), False),
+    ],
+    ids=[
+        "screen-larger",
+        "screen-larger-frame-offset",
+        "transparent-colour",
+        "all-three",
+        "frame-past-the-screen",
+    ],
+)
+def test_a_gif_is_stored_as_tensorflow_decodes_its_first_frame(screen, offset, transparent, tf):
+    """A GIF re-encoded as PNG decodes to the pixels TensorFlow decodes the GIF to (README:
+    GIF becomes PNG since TensorFlow decodes them alike): its canvas is the frames' extent, what
+    the first frame leaves uncovered and its transparent pixels are black. Regression: Pillow's
+    logical screen was squeezed into the frame's size (the picture distorted), and transparent
+    pixels kept their palette colour."""
+    import numpy as np
+
+    source = _gif(screen, offset, transparent)
+    expected = tf.io.decode_gif(source)[0].numpy()
+    assert expected.shape == (10, 20, 3)  # TensorFlow's canvas: the frame's size
+    stored = preprocess(source, Preprocessing(encode="png"))
+    assert np.array_equal(tf.io.decode_png(stored).numpy(), expected)
+    # Resized, it is that picture resized: the red corner stays a corner.
+    resized = tf.io.decode_png(preprocess(source, Preprocessing(shorter_side=20))).numpy()
+    assert resized.shape == (20, 40, 3)
+    reference = Image.fromarray(expected).resize((40, 20), Image.Resampling.LANCZOS)
+    assert np.abs(resized.astype(int) - np.asarray(reference).astype(int)).max() <= 1
+
+
 @pytest.mark.parametrize(
     ("args", "phrase"),
     [

@@ -17,6 +17,7 @@ import io
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import PIL
 from PIL import Image, ImageOps
 
@@ -24,6 +25,7 @@ from recordforge.schemas import codec
 from recordforge.schemas import features as keys
 from recordforge.schemas.spliced import serialize_around
 from recordforge.transforms.core.errors import InputError, without_file_bytes
+from recordforge.transforms.core.images import formats as image_formats
 from recordforge.transforms.core.images.orientation import UPRIGHT, oriented_size, turned
 from recordforge.transforms.core.images.probe import (
     DEFAULT_MAX_PIXELS,
@@ -188,6 +190,8 @@ def preprocess(
         # the size and mode stay): Pillow's decoders read the file's `info` (a PNG's Adam7
         # interlace flag), so it is dropped only once the pixels are in memory.
         image.load()
+        if facts.format == "gif":
+            image = _gif_first_frame(image, data, facts.width, facts.height)
         image = turned(image, facts.orientation)
         image = _converted(image, _MODES[channels])
         image = _resized(image, preprocessing, target)
@@ -240,6 +244,28 @@ def stored_record(
     )
     data, cut = serialize_around(example, keys.IMAGE_ENCODED, len(payload))
     return data[:cut], payload, data[cut:]
+
+
+def _gif_first_frame(image: Image.Image, data: bytes, width: int, height: int) -> Image.Image:
+    """A GIF's first frame as TensorFlow decodes it (gif_io.cc), in RGB: on a canvas of
+    `width` x `height` (the widest and tallest frames, the probe's size, not Pillow's logical
+    screen), the frame at its offset, clipped; what the frame does not cover, and its transparent
+    pixels, black. Pillow's image is the logical screen, its uncovered part the background or
+    transparent colour, and transparent pixels keep their palette colour: resized to the
+    probe's size it was squeezed, and it did not decode as TensorFlow decodes the GIF."""
+    left, top, frame_width, frame_height = next(image_formats.gif_frames(data))
+    pixels = np.asarray(image.convert("RGB"))
+    shown = np.zeros(pixels.shape[:2], dtype=bool)
+    shown[top : top + frame_height, left : left + frame_width] = True
+    transparency = image.info.get("transparency")
+    if image.mode in ("P", "L") and isinstance(transparency, int):
+        shown &= np.asarray(image) != transparency
+    elif image.mode in ("LA", "RGBA", "PA"):
+        shown &= np.asarray(image.getchannel("A")) != 0
+    canvas = np.zeros((height, width, 3), dtype=np.uint8)
+    rows, columns = min(height, pixels.shape[0]), min(width, pixels.shape[1])
+    canvas[:rows, :columns] = np.where(shown[..., None], pixels, 0)[:rows, :columns]
+    return Image.fromarray(canvas, "RGB")
 
 
 def _converted(image: Image.Image, mode: str) -> Image.Image:
