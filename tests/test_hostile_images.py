@@ -319,6 +319,46 @@ def test_a_file_rewritten_with_the_same_size_is_file_changed(tmp_path):
     assert error.value.kind == "FileChanged" and "rewritten" in error.value.message
 
 
+def test_a_file_rewritten_in_place_while_it_is_read_is_file_changed(tmp_path):
+    """A rewrite in place that begins after the writer's check of the file (the same size and
+    modification time as probed) and lands while the bytes are read: the record would hold the
+    start of one version and the end of another (a BMP of two same-sized pictures passes every
+    structure check). Regression: found with a process that overwrote a 19 MB BMP in place when
+    the writer opened it: the stored image was 174 rows of the old picture and 2,323 of the new,
+    and no error."""
+    path = tmp_path / "x.bmp"
+    old = make_image(tmp_path / "old.bmp", "BMP", size=(64, 48), seed=1)
+    new = make_image(tmp_path / "new.bmp", "BMP", size=(64, 48), seed=2)
+    assert len(old) == len(new) and old != new
+    path.write_bytes(old)
+    info = probe_file(str(path), 10**8)
+
+    class RewrittenWhileRead(io.RawIOBase):
+        """The file as opened, rewritten in place by another process half-way through the
+        read (its modification time moves on)."""
+
+        def __init__(self):
+            self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
+
+        def fileno(self):
+            return self._file.fileno()
+
+        def read(self, n=-1):
+            first = self._file.read(len(old) // 2)
+            with open(path, "r+b") as writer:
+                writer.write(new)
+            os.utime(path, ns=(info.version + 10**9, info.version + 10**9))
+            return first + self._file.read()
+
+        def close(self):
+            self._file.close()
+            super().close()
+
+    with pytest.raises(InputError) as error:
+        read_payload(_ref_of(path, info), RewrittenWhileRead())
+    assert error.value.kind == "FileChanged" and "while it was read" in error.value.message
+
+
 def test_a_file_that_changed_size_is_file_changed(tmp_path):
     path = tmp_path / "x.jpg"
     path.write_bytes(make_image(tmp_path / "a.jpg", "JPEG", size=(64, 48)))

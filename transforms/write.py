@@ -577,6 +577,10 @@ def read_payload(
         with opened as f:
             version = _version(f, path)
             data = f.read()
+            # A local file rewritten in place while it was read (after the check above) gives
+            # bytes of both versions; its modification time tells (a gs:// reader reads one
+            # generation).
+            changed_while_read = not has_scheme(path) and _version(f, path) != version
     except STORAGE_ERRORS as error:
         raise InputError(
             "UnreadableFile", f"cannot read {display(path)} any more: {storage_reason(error)}"
@@ -586,6 +590,11 @@ def read_payload(
             "FileChanged",
             f"{display(path)} changed during the run: {ref.payload_size} bytes when probed, "
             f"{len(data)} when written",
+        )
+    if changed_while_read:
+        raise InputError(
+            "FileChanged",
+            f"{display(path)} changed during the run: it was rewritten while it was read",
         )
     if ref.payload_version >= 0 and version >= 0 and version != ref.payload_version:
         raise InputError(
