@@ -10,6 +10,7 @@ import struct
 import subprocess
 import zlib
 
+import numpy as np
 import pytest
 from conftest import RECORDFORGE, make_image, read_dataset, read_errors, shard_files
 from PIL import Image
@@ -33,7 +34,10 @@ def _image(fmt="JPEG", size=(90, 60), mode="RGB", seed=3, **save) -> bytes:
 
 
 def _facts(data: bytes):
-    facts = probe_image_bytes(data)
+    return _facts_of(probe_image_bytes(data))
+
+
+def _facts_of(facts):
     return facts.format, facts.width, facts.height, facts.channels
 
 
@@ -52,15 +56,38 @@ def _facts(data: bytes):
         (_image("PNG", mode="RGBA"), Preprocessing(encode="jpeg"), ("jpeg", 90, 60, 3)),
         (_image("GIF", mode="P"), Preprocessing(size=(16, 8)), ("png", 16, 8, 3)),
         (_image("BMP"), Preprocessing(shorter_side=12), ("png", 18, 12, 3)),
+        (_image("BMP", mode="P"), Preprocessing(shorter_side=12), ("png", 18, 12, 3)),
+        (_image("BMP", mode="L"), Preprocessing(shorter_side=12), ("png", 18, 12, 1)),
         (_image("WEBP"), Preprocessing(channels=1), ("png", 90, 60, 1)),
     ],
 )
 def test_stored_image_is_as_asked_and_as_predicted(source, options, expected):
     stored = preprocess(source, options)
     assert _facts(stored) == expected
-    # The plan's prediction from the source's header facts is the same.
-    assert options.stored_facts(*_facts(source), max_pixels=10**9) == expected
+    # The plan's prediction from the source's header facts, probed for preprocessing as a run
+    # probes them, is the same.
+    facts = probe_image_bytes(source, orientation=True)
+    assert options.stored_facts(*_facts_of(facts), max_pixels=10**9) == expected
     assert preprocess(source, options) == stored  # deterministic
+
+
+def test_an_8_bit_bmp_keeps_its_palettes_colours_whatever_it_is_encoded_to(tf):
+    """TensorFlow decodes an 8-bit BMP to its raw palette indices (1 channel); preprocessing
+    decodes the picture, so a colour palette stays colour in every stored format (it became
+    grey in PNG and JPEG, and colour in WebP, which holds no grey)."""
+    source = _image("BMP", mode="P")  # left half red, right half green
+    picture = np.asarray(Image.open(io.BytesIO(source)).convert("RGB"), dtype=int)
+    for encode in ("png", "jpeg", "webp"):
+        stored = preprocess(source, Preprocessing(encode=encode, quality=100))
+        decoded = tf.io.decode_image(stored, expand_animations=False).numpy().astype(int)
+        assert decoded.shape == picture.shape, encode
+        if encode == "png":
+            assert (decoded == picture).all()
+        for columns in (slice(0, 30), slice(60, 90)):  # away from the edge lossy formats blur
+            # The palette's dithering is noise to lossy formats: their colours are compared on
+            # average.
+            colour, expected = (p[:, columns].mean(axis=(0, 1)) for p in (decoded, picture))
+            assert abs(colour - expected).max() < 4, (encode, colour, expected)
 
 
 def test_crop_keeps_the_center_and_pad_keeps_everything():

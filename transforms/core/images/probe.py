@@ -89,7 +89,8 @@ class ImageFacts:
         width: width in pixels.
         height: height in pixels.
         channels: the last dimension of tf.io.decode_image(data, expand_animations=False) for
-            this file.
+            this file (probed for preprocessing: that of the picture it decodes, see
+            `probe_image`).
         orientation: the EXIF orientation (1-8) preprocessing turns the pixels by
             (transforms.core.images.orientation); read only when asked, else 1. The width and
             height above are the file's, as decoders that ignore EXIF (TensorFlow's) see them.
@@ -121,8 +122,10 @@ def probe_image(
             reader). Errors raised by the stream itself propagate unchanged.
         size: the file's size in bytes.
         max_pixels: largest width * height accepted; larger images are rejected undecoded.
-        orientation: also read the EXIF orientation (a WebP's metadata chunks follow its
-            pixels: then the chunks are walked to the end).
+        orientation: the facts preprocessing needs: also read the EXIF orientation (a WebP's
+            metadata chunks follow its pixels: then the chunks are walked to the end), and give
+            an 8-bit BMP with a colour palette the channels of its picture (3), not those of
+            TensorFlow's decode of the file (1: the raw palette indices).
 
     Returns:
         The image's format, size and channel count (and orientation).
@@ -330,6 +333,10 @@ def _header_facts(source: Source, fmt: str, max_pixels: int, orientation: bool) 
         channels = png.channels
     else:
         channels = image_formats.channels(fmt, image, source.head)
+    if orientation and fmt == "bmp" and image.mode == "P":
+        # Preprocessing decodes the picture, not TensorFlow's raw indices: an 8-bit BMP whose
+        # palette has colours (Pillow reads a grey palette as "L") is an RGB picture.
+        channels = 3
     # The metadata Pillow's header parse found (a JPEG's APP segments, a PNG's chunks before
     # its pixels), as preprocessing reads it: nothing is decoded.
     turn = orientation_in(image.info) if orientation else UPRIGHT
