@@ -330,10 +330,8 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
             "cut short (the next run into it finishes that)"
         )
     if interrupted_commit(output) is not None:
-        return (
-            f"its commit into {output} was cut short: run the conversion again (or with "
-            "--resume) to finish it"
-        )
+        again = "the conversion again (or with --resume)" if prepared.resumable else "it again"
+        return f"its commit into {output} was cut short: run {again} to finish it"
     return f"{output} is as it was; {output_folder.keep_resumable(staging, prepared.resumable)}"
 
 
