@@ -136,7 +136,7 @@ def _parser() -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     add_reshard_options(reshard)
-    cli_options.add_output_options(reshard)
+    cli_options.add_output_options(reshard, resumable=False)
     add_runner_options(reshard)
     reshard.set_defaults(handler=reshard_command)
 
@@ -330,11 +330,9 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
             "cut short (the next run into it finishes that)"
         )
     if interrupted_commit(output) is not None:
-        return (
-            f"its commit into {output} was cut short: run the conversion again (or with "
-            "--resume) to finish it"
-        )
-    return f"{output} is as it was; {output_folder.keep_resumable(staging)}"
+        again = "the conversion again (or with --resume)" if prepared.resumable else "it again"
+        return f"its commit into {output} was cut short: run {again} to finish it"
+    return f"{output} is as it was; {output_folder.keep_resumable(staging, prepared.resumable)}"
 
 
 def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:

@@ -321,7 +321,7 @@ def _label_mode(value: str) -> str:
     return value
 
 
-def add_output_options(parser: argparse.ArgumentParser) -> None:
+def add_output_options(parser: argparse.ArgumentParser, *, resumable: bool = True) -> None:
     """Options only `convert` has."""
     parser.add_argument("-o", "--output", required=True, help="dataset folder (local or gs://)")
     parser.add_argument("--name", help="shard file name prefix (default: the output folder's name)")
@@ -353,8 +353,13 @@ def add_output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue a run that was killed, stopped or failed: keep the shards it staged "
-        "and write the rest (same inputs and options; refused, saying what changed, otherwise)",
+        help=(
+            "continue a run that was killed, stopped or failed: keep the shards it staged "
+            "and write the rest (same inputs and options; refused, saying what changed, otherwise)"
+            if resumable
+            else "refused: a reshard cannot be continued; a rerun starts over (and finishes an "
+            "interrupted commit first)"
+        ),
     )
 
 

@@ -89,6 +89,7 @@ class PreparedOutput:
     holder: LockHolder
     resuming: str | None = None  # the run id whose staged work `--resume` keeps
     finished: dict | None = None  # the journal of an interrupted commit this run finished
+    resumable: bool = True  # whether `--resume` can continue this run (reshard's cannot)
 
     def nothing_to_resume(self, key: str) -> bool:
         """Whether `--resume` found the run it continues committed: an interrupted commit of
@@ -193,6 +194,7 @@ def prepare_output(
     overwrite: bool,
     resume: bool,
     detached: bool = False,
+    resumable: bool = True,
 ) -> PreparedOutput:
     """Choose the staging, take the lock, deal with leftovers and check the folder.
 
@@ -200,6 +202,9 @@ def prepare_output(
         UsageError: the folder is locked by another run, holds files recordforge did not
             write, holds a dataset without --overwrite, cannot be written, or `--resume` finds
             staged work made with other options.
+
+    A run that is not `resumable` (reshard, WriteDataset) keeps no staged work when it stops
+    and does not point to `--resume` when it discards another run's.
     """
     staging = choose_staging(output)
     holder = LockHolder.this_process(run_id, detached=detached)
@@ -211,7 +216,7 @@ def prepare_output(
         raise UsageError(
             f"cannot write to the output folder {output!r}: {_first_line(error)}"
         ) from None
-    prepared = PreparedOutput(staging, holder)
+    prepared = PreparedOutput(staging, holder, resumable=resumable)
     notes = []  # said once the run goes ahead: a refused run says one line only
     try:
         if taken_over is not None:
@@ -224,7 +229,7 @@ def prepare_output(
             notes.append(_finished_commit(prepared.finished, output))
         if not (resume and prepared.nothing_to_resume(run_key(options))):
             _check_contents(staging, overwrite)
-            prepared.resuming = _leftovers(staging, options, resume, notes)
+            prepared.resuming = _leftovers(staging, options, resume, notes, resumable)
             _start_work(staging, run_id, options, prepared.resuming)
     except BaseException:
         if prepared.finished:  # a refused run has changed the folder even so: it says how
@@ -243,7 +248,9 @@ def _finished_commit(journal: dict, output: str) -> str:
     )
 
 
-def _leftovers(staging: Staging, options: Mapping, resume: bool, notes: list) -> str | None:
+def _leftovers(
+    staging: Staging, options: Mapping, resume: bool, notes: list, resumable: bool = True
+) -> str | None:
     """Keep (for `--resume`) or remove an interrupted run's working folder; the run id kept."""
     for candidate in _working_folders(staging):
         if not folder_exists(candidate.work):
@@ -263,9 +270,8 @@ def _leftovers(staging: Staging, options: Mapping, resume: bool, notes: list) ->
         what = staged_work(candidate)
         remove_tree(candidate.work)
         if what:
-            notes.append(
-                f"discarded the staged work of an interrupted run ({what}); --resume keeps it"
-            )
+            keeps = "; --resume keeps it" if resumable else ""
+            notes.append(f"discarded the staged work of an interrupted run ({what}){keeps}")
     _remove_old_temp_folders(staging.output)
     if resume:
         notes.append(
@@ -332,15 +338,17 @@ def staged_work(staging: Staging) -> str | None:
     return f"{count:,} staged shard{'s' if count != 1 else ''}, {human_size(total)}"
 
 
-def keep_resumable(staging: Staging) -> str:
+def keep_resumable(staging: Staging, resumable: bool = True) -> str:
     """After a run that stopped or failed: keep what `--resume` can use (staged shards, and the
     errors files of a run its error rate failed), delete the rest (spill files are never
-    reused); says what was kept."""
-    staged = staged_work(staging)
+    reused; nothing of a run `--resume` cannot continue); says what was kept."""
+    staged = staged_work(staging) if resumable else None
     failed_errors = folder_exists(staging.errors)
     try:
         if staged or failed_errors:
             remove_tree(staging.spill)
+            if not resumable:
+                remove_tree(staging.parts)
         else:
             remove_tree(staging.work)
     except STORAGE_ERRORS as error:

@@ -118,6 +118,13 @@ def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
     Returns (output, ExamplesConfig, TFRecordInputs, PipelineOptions, PreparedOutput); the
     caller releases the PreparedOutput's lock when the run ends.
     """
+    if args.resume:
+        # Its shards carry no fingerprint of their inputs to check a staged one against: a run
+        # that said it kept them would write them anew.
+        raise UsageError(
+            "--resume: a reshard cannot be continued; rerun without --resume (it starts over, "
+            "and finishes an interrupted commit first)"
+        )
     output = preflight.normalize_path(args.output)
     config, inputs = build_reshard_config(args, output=output)
     options = beam_options(
@@ -130,6 +137,7 @@ def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
         options=reshard_run_options(config),
         overwrite=args.overwrite,
         resume=False,
+        resumable=False,
     )
     config = dataclasses.replace(config, staging=prepared.staging)
     LOGGER.info(

@@ -75,6 +75,7 @@ class WriteDataset(beam.PTransform):
             options=reshard_run_options(config),
             overwrite=self._overwrite,
             resume=False,
+            resumable=False,
         )
         prepared.release()
         config = dataclasses.replace(config, staging=prepared.staging)

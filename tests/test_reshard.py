@@ -343,3 +343,55 @@ def test_a_hidden_tfrecord_file_named_on_its_own_is_read(tmp_path):
     assert dataset.manifest.num_records == 12
     recordforge.reshard(str(folder), str(tmp_path / "folder"))
     assert sorted(output_records(tmp_path / "folder")["train"]) == sorted(records[12:])
+
+
+def test_a_stopped_reshard_keeps_nothing_and_does_not_offer_resume(tmp_path):
+    """reshard has no `--resume` (its shards carry no fingerprint of their inputs): a stop does
+    not say 'add --resume to continue' nor keep staged shards, and `--resume` is refused rather
+    than discarding them under a note that it keeps them."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import RECORDFORGE
+
+    for i in range(4):
+        write_tfrecords(tmp_path / "in" / f"part-{i}.tfrecord", examples(400, i))
+    out = tmp_path / "out"
+    assert run_cli("reshard", tmp_path / "in", "--output", out, "--num-shards", "2").returncode == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    work = tmp_path / ".out.recordforge"
+    args = (tmp_path / "in", "--output", out, "--num-shards", "16", "--overwrite", "--workers", "1")
+    process = subprocess.Popen(
+        [RECORDFORGE, "reshard", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        if (work / "parts").is_dir() and any(
+            name.endswith(".part.json") for name in os.listdir(work / "parts")
+        ):
+            break
+        time.sleep(0.005)
+    assert process.poll() is None, process.communicate()[1]
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 143, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == f"recordforge: stopped by SIGTERM; {out} is as it was; nothing staged was kept"
+    assert not work.exists()
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert after == before
+
+    resumed = run_cli("reshard", *args, "--resume")
+    assert resumed.returncode == 2, resumed.stderr
+    assert resumed.stderr.strip() == (
+        "recordforge: error: --resume: a reshard cannot be continued; rerun without --resume "
+        "(it starts over, and finishes an interrupted commit first)"
+    )
+    with pytest.raises(ValueError, match="a reshard cannot be continued"):
+        recordforge.reshard(str(tmp_path / "in"), str(out), overwrite=True, resume=True)
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
