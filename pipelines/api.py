@@ -210,6 +210,7 @@ def run_conversion(
     try:
         run_prepared(args, config, options, prepared, progress=progress)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
+        raise_interrupt_in(error)
         refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace))
         if refusal is not None:
             raise refusal from error
@@ -257,6 +258,7 @@ def run_plan(
         )
         return _read_json(report_path)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
+        raise_interrupt_in(error)
         refusal = refusal_in(error)  # an input that cannot be read to its end, say
         if refusal is not None:
             raise refusal from error
@@ -347,6 +349,20 @@ REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
 # What a caller catches for a refused run (MixedFeatureTypes comes from the pure schemas layer,
 # which cannot import RunFailed; it is a ValueError).
 REFUSED = (RunFailed, MixedFeatureTypes)
+
+
+def raise_interrupt_in(error: BaseException) -> None:
+    """Raise the KeyboardInterrupt (Ctrl-C) a failed run's exception wraps, if it wraps one.
+
+    FnApiRunner in this process re-raises a KeyboardInterrupt that arrived while a DoFn ran as
+    a RuntimeError ("KeyboardInterrupt [while running ...]"): Ctrl-C in a notebook or a
+    script then looked like a failed run, and `except Exception` around a call went on.
+    """
+    cause = error.__cause__ or error.__context__
+    while cause is not None:
+        if isinstance(cause, KeyboardInterrupt):
+            raise KeyboardInterrupt from error
+        cause = cause.__cause__ or cause.__context__
 
 
 def refusal_in(

@@ -78,7 +78,7 @@ def reshard(
         ErrorRateExceeded, MixedFeatureTypes: the run refused to commit (nothing written).
         Whatever the runner raises when the pipeline fails otherwise.
     """
-    from recordforge.pipelines.api import refusal_in
+    from recordforge.pipelines.api import raise_interrupt_in, refusal_in
 
     if isinstance(inputs, str | bytes | os.PathLike) or not isinstance(inputs, Iterable):
         inputs = [inputs]
@@ -88,6 +88,7 @@ def reshard(
     try:
         run_reshard(config, files, beam)
     except Exception as error:
+        raise_interrupt_in(error)
         refused = refusal_in(error)
         if refused is None:
             raise

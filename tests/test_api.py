@@ -351,3 +351,41 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert done.returncode == 0, done.stderr
     manifest = json.loads((tmp_path / "pets" / "dataset_info.json").read_text())
     assert manifest["num_records"] == 4 and manifest["source"]["inputs"] == ["<pandas.DataFrame>"]
+
+
+def test_ctrl_c_during_convert_raises_keyboard_interrupt_and_the_next_call_works(tmp_path):
+    """Ctrl-C (SIGINT) while the in-process runner writes shards: FnApiRunner re-raised the
+    KeyboardInterrupt a DoFn met as a RuntimeError, so `except Exception` around convert()
+    swallowed it. It is a KeyboardInterrupt; the output is as it was, the staged shards are
+    kept for `resume=True`, and the next call converts."""
+    import os
+    import signal
+    import threading
+    import time
+
+    for i in range(600):
+        make_image(tmp_path / "photos" / ("a", "b")[i % 2] / f"{i:04d}.png", "PNG", seed=i)
+    out = tmp_path / "out"
+    recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=2)
+    before = _shards(out)
+    parts = tmp_path / ".out.recordforge" / "parts"
+
+    def interrupt_once_a_shard_is_staged():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if parts.is_dir() and any(p.name.endswith(".part.json") for p in parts.iterdir()):
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=interrupt_once_a_shard_is_staged, daemon=True)
+    watcher.start()
+    with pytest.raises(KeyboardInterrupt):
+        recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True)
+    watcher.join()
+    assert _shards(out) == before
+    resumed = recordforge.convert(
+        str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True, resume=True
+    )
+    assert resumed.counts == {"train": 600}
+    assert len(shard_files(out)) == 12
