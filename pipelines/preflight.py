@@ -6,12 +6,11 @@ Every user mistake found here becomes a UsageError: one line, exit status 2, not
 from __future__ import annotations
 
 import dataclasses
+import io
 import logging
 import os
 import re
 from collections.abc import Sequence
-
-from apache_beam.io.filesystem import CompressionTypes
 
 from recordforge.schemas.csv.document import MAX_SCHEMA_BYTES
 from recordforge.schemas.csv.schema import (
@@ -54,9 +53,13 @@ from recordforge.transforms.core.files.paths import (
 )
 from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.records import CsvRoles, Source
-from recordforge.transforms.core.tables.stream import read_sample
+from recordforge.transforms.core.tables.stream import (
+    CsvReadFailure,
+    read_sample,
+    read_stream_piece,
+)
 from recordforge.transforms.listing import list_files
-from recordforge.transforms.remote_reads import open_file
+from recordforge.transforms.remote_reads import open_csv, open_file
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
 LOGGER = logging.getLogger("recordforge")
@@ -249,8 +252,7 @@ def resolve_csv_schema(
         delimiter = (document or {}).get("delimiter") or ","
     sample_file = first_csv_file(sources)
     try:
-        with open_file(sample_file, CompressionTypes.AUTO) as stream:
-            header, sample = read_sample(stream, delimiter=delimiter)
+        header, sample = _read_schema_sample(sample_file, delimiter)
     except Exception as error:  # noqa: BLE001  (pyarrow raises several types for unparsable text)
         raise UsageError(f"cannot read CSV {sample_file}: {_first_line(error)}") from None
     if sample.num_rows == 0:
@@ -281,6 +283,33 @@ def resolve_csv_schema(
     schema = _with_special_columns(schema, roles, declared)
     _check_feature_names(schema, roles)
     return schema
+
+
+def _read_schema_sample(path: str, delimiter: str):
+    """The header and type sample of the CSV file that defines the schema, read as the run
+    reads its files (open_csv: Python's gzip, which checks a `.gz` file's CRC and length and
+    takes the zero padding gzip(1) and pandas take after it; Beam's decompressor refused that
+    padding and, at damaged data, lost what it had decompressed: "damaged (at byte 0)").
+
+    A file that cannot be read to its end gives the sample of the rows before the place where
+    its reading stopped; the run then fails on it, naming the file, the byte and the last row,
+    as it does for any other file (where this one's sample was a usage error).
+
+    Raises:
+        CsvReadFailure: the file cannot be read to its end, and no row comes before that.
+        InputError, OSError, ...: as read_sample and open_csv.
+    """
+    with open_csv(path) as opened:
+        try:
+            return read_sample(opened.stream, delimiter=delimiter)
+        except CsvReadFailure as failure:
+            stopped = failure
+    with open_csv(path) as opened:
+        before, _ = read_stream_piece(opened.stream, stopped.offset)
+    header, sample = read_sample(io.BytesIO(before), delimiter=delimiter)
+    if sample.num_rows == 0:
+        raise stopped
+    return header, sample
 
 
 def _warn_of_another_delimiter(header: Sequence[str], delimiter: str, sample_file: str) -> None:

@@ -192,6 +192,37 @@ def test_damaged_gzip_data_fails_the_run(tmp_path, cli):
     assert "b.csv.gz cannot be read to its end: the compressed data is damaged" in result.stderr
 
 
+def test_the_file_that_defines_the_schema_is_read_as_every_other_csv_file(tmp_path, cli):
+    # Its sample was read with Beam's decompressor, the rows with Python's gzip. Zero padding
+    # after a .csv.gz (gzip(1), Python and pandas skip it) refused the run when the file came
+    # first ("the compressed data is damaged (...) (at byte 0)", exit 2) and was converted when
+    # it came second; damaged data in the first file was that usage error too, not the failed
+    # run (file, byte, last row) that any other file gives.
+    padded = tmp_path / "padded.csv.gz"
+    padded.write_bytes(_gzip_rows(50) + b"\0" * 512)
+    out = tmp_path / "out"
+    result = cli("convert", padded, "-o", out)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["num_records"] == 49 and manifest["errors"]["count"] == 0
+    data = bytearray(_gzip_rows(20_000))
+    data[len(data) // 2 : len(data) // 2 + 64] = random.Random(3).randbytes(64)
+    alone = tmp_path / "alone" / "b.csv.gz"
+    alone.parent.mkdir()
+    alone.write_bytes(bytes(data))
+    lines = []
+    for source in (alone, f"{_two_tables(tmp_path, bytes(data), 'b.csv.gz')}/*.csv*"):
+        result = cli("convert", source, "-o", tmp_path / "refused")
+        assert result.returncode == 1, result.stderr
+        (line,) = result.stderr.strip().splitlines()[-1:]
+        assert line.startswith("recordforge: failed: ") and "Traceback" not in result.stderr
+        found = re.search(r"b.csv.gz cannot be read to its end: (.*) No dataset", line)
+        assert found and "the compressed data is damaged" in found[1], line
+        lines.append(found[1])
+    assert lines[0] == lines[1]
+    assert not (tmp_path / "refused").exists()
+
+
 class _FailingStream(io.RawIOBase):
     """A file that fails with an I/O error after `good` bytes."""
 
