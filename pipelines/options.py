@@ -424,9 +424,13 @@ def build_config(
             ("--schema", args.schema),
             ("--null-values", args.null_values),
             ("--drop-index", args.drop_index),
+            ("--delimiter", args.delimiter),
         ):
             if value:
-                raise UsageError(f"{option} applies to CSV inputs, and the inputs are images")
+                raise UsageError(
+                    f"{option} applies to CSV inputs (files named .csv or .csv.gz), and the "
+                    "inputs are images"
+                )
     if preprocessing.active and kind == "csv" and not args.image_column:
         raise UsageError(
             "--resize, --encode, --quality and --channels apply to images, and the CSV names "

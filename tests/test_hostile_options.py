@@ -57,6 +57,20 @@ def test_bad_csv_option_values_exit_2_with_one_line(inputs, args, phrase):
     _assert_usage(["convert", str(inputs / "t.csv"), "-o", str(inputs / "out"), *args], phrase)
 
 
+def test_a_delimiter_given_for_inputs_that_are_not_csv_is_a_usage_error(inputs):
+    # A tab-separated file named .tsv is not a CSV input (only .csv and .csv.gz are): with
+    # --delimiter '\t' it was probed as an image and failed as NotAnImage ("all 1 inputs
+    # failed", exit 1), and --delimiter beside an image folder was ignored without a word.
+    (inputs / "tables").mkdir()
+    (inputs / "tables" / "t.tsv").write_text("id\tx\n1\t2\n")
+    phrase = "--delimiter applies to CSV inputs (files named .csv or .csv.gz)"
+    for source in ("tables/t.tsv", "photos"):
+        out = inputs / "out"
+        argv = ["convert", str(inputs / source), "-o", str(out), "--delimiter", "\\t"]
+        _assert_usage(argv, phrase)
+        assert not out.exists()
+
+
 def _assert_usage(argv, phrase):
     result = subprocess.run(
         [RECORDFORGE, *argv], capture_output=True, text=True, timeout=300, errors="replace"
