@@ -35,6 +35,7 @@ from recordforge.transforms.core.files.naming import (
 from recordforge.transforms.core.files.parts import PART_RECORD_SUFFIX
 from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.files.swap import exchange, exchange_available
+from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.records import Source
 from recordforge.transforms.listing import list_files
@@ -122,9 +123,14 @@ def run_key(options: Mapping) -> str:
 
 
 def check_location(output: str, sources: Sequence[Source]) -> None:
-    """The output folder must not be a file, nor lie inside an image input."""
+    """The output folder must not be a file, nor lie inside an image input (a folder or glob:
+    an image file given on its own is all its source reads, whatever lies beside it)."""
     for source in sources:
-        if source.kind == "images" and (output + "/").startswith(source.root.rstrip("/") + "/"):
+        if (
+            source.kind == "images"
+            and is_glob(source.pattern)
+            and (output + "/").startswith(source.root.rstrip("/") + "/")
+        ):
             raise UsageError(
                 f"the output folder {output!r} is inside the input {source.given!r}; "
                 "its files would be read as inputs"

@@ -84,6 +84,19 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
     assert _tree(tmp_path) == before
 
 
+def test_an_output_beside_an_image_file_given_on_its_own_is_not_inside_the_input(small_folder, cli):
+    # `convert photos/b/0.jpg -o photos/b/out` was refused: "the output folder ... is inside the
+    # input '.../0.jpg'; its files would be read as inputs" (the file's folder was taken for
+    # the input), though a file source reads that one file only. A folder source still refuses.
+    image = small_folder / "b" / "0.jpg"
+    out = small_folder / "b" / "out"
+    result = cli("convert", image, "-o", out, "--name", "one")
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in shard_files(out)] == ["one-train.tfrecord-00000-of-00001"]
+    assert json.loads((out / "dataset_info.json").read_text())["num_records"] == 1
+    _assert_usage_error(cli("convert", small_folder / "b", "-o", out), "inside the input")
+
+
 def test_non_empty_output_needs_overwrite(small_folder, tmp_path, cli):
     out = tmp_path / "out"
     out.mkdir()
