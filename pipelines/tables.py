@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.errors import OutOfSpace, UsageError, out_of_space_message
 from recordforge.transforms.core.files.filenames import from_os
 from recordforge.transforms.write import remove_tree
 
@@ -74,6 +74,8 @@ def staged_table(table, temp_location: str | None) -> Iterator[StagedTable]:
 
     Raises:
         UsageError: the table has no columns or no rows (a CSV file needs a header and a row).
+        OutOfSpace: the disk or quota ran out while the table was written (the message names
+            the file), a RunFailed.
     """
     kind = table_kind(table)
     if kind is None:
@@ -87,8 +89,14 @@ def staged_table(table, temp_location: str | None) -> Iterator[StagedTable]:
         folder = tempfile.mkdtemp(prefix="recordforge-table-")
     try:
         path = FileSystems.join(folder, STAGED_NAME)
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-            _write_csv(table, kind, f)
+        try:
+            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                _write_csv(table, kind, f)
+        except OSError as error:  # a bare OSError naming no file came out of convert()
+            message = out_of_space_message(error, f"{kind} staged as CSV", path)
+            if message is None:
+                raise
+            raise OutOfSpace(message) from None
         yield StagedTable(path, kind, from_os(os.getcwd()))
     finally:
         remove_tree(folder)

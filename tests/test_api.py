@@ -389,3 +389,29 @@ def test_ctrl_c_during_convert_raises_keyboard_interrupt_and_the_next_call_works
     )
     assert resumed.counts == {"train": 600}
     assert len(shard_files(out)) == 12
+
+
+def test_a_table_that_does_not_fit_its_temporary_folder_is_out_of_space(tmp_path):
+    """The table is staged as CSV in a temporary folder first: a full disk there raised a bare
+    OSError ('[Errno 28] No space left on device', naming no file) out of convert()."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], capture_output=True
+    )
+    if mounted.returncode:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        with pytest.raises(errors.RunFailed) as raised:  # OutOfSpace, as for a shard
+            recordforge.convert(
+                _frame(), str(tmp_path / "out"), beam_args=[f"--temp_location={disk}"]
+            )
+        message = str(raised.value)
+        assert message.startswith(
+            "out of disk space while writing <pandas.DataFrame> staged as CSV at "
+        )
+        assert str(disk) in message
+        assert list(disk.iterdir()) == []  # the staged table is gone
+        assert not (tmp_path / "out").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=True)
