@@ -355,7 +355,7 @@ def raise_interrupt_in(error: BaseException) -> None:
     """Raise the KeyboardInterrupt (Ctrl-C) a failed run's exception wraps, if it wraps one.
 
     FnApiRunner in this process re-raises a KeyboardInterrupt that arrived while a DoFn ran as
-    a RuntimeError ("KeyboardInterrupt [while running ...]"): Ctrl-C in a notebook or a
+    a RuntimeError naming the step it interrupted: Ctrl-C in a notebook or a
     script then looked like a failed run, and `except Exception` around a call went on.
     """
     cause = error.__cause__ or error.__context__
