@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import queue
 import threading
+import time
 import uuid
 
 from apache_beam.runners.runner import PipelineResult, PipelineState
@@ -28,6 +30,10 @@ from recordforge.transforms.internals import (
     dask_bag_kwargs,
     dask_overrides,
 )
+
+LOGGER = logging.getLogger("recordforge")
+# How long a stopped or failed run waits for its tasks that had started to end on the workers.
+RUNNING_TASKS_TIMEOUT = 300.0
 
 # Partitions per worker thread for an exchange's output and a Create: enough that the tasks of
 # a stage even out over the workers, few enough that each is worth its scheduling.
@@ -98,8 +104,39 @@ class _Driver(threading.Thread):
             with self._lock:
                 futures = list(self._futures)
             self._client.cancel(futures)
+            self.wait_for_running_tasks()
         finally:
             self._client.unsubscribe_topic(self._index_topic)
+
+    def wait_for_running_tasks(self, timeout: float = RUNNING_TASKS_TIMEOUT) -> None:
+        """Wait until no task of this run runs on the workers: a cancelled future's task that
+        had started goes on (dask cannot stop it), and would write into the output's working
+        folder after the launcher has cleaned it up and let another run take it."""
+        deadline = time.monotonic() + timeout
+        said = False
+        while True:
+            try:
+                running = sum(self._client.run(dask_tasks.running_stage_tasks, self._run).values())
+            except Exception:  # noqa: BLE001  (the cluster is gone: no task of it runs on)
+                return
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                LOGGER.warning(
+                    "%s of this run's tasks still run on the Dask workers after %.0f s; "
+                    "they may write into the output's working folder until they end",
+                    running,
+                    timeout,
+                )
+                return
+            if not said:
+                LOGGER.warning(
+                    "waiting for %s of this run's tasks to end on the Dask workers "
+                    "(dask cannot stop a task that has started)",
+                    running,
+                )
+                said = True
+            time.sleep(0.1)
 
     def _index_event(self, event) -> None:
         self._queue.put(("index", event[1]))
@@ -260,6 +297,7 @@ class _Driver(threading.Thread):
             splits=tuple(stage.splits),
             topic=self._topic,
             index_topic=self._index_topic,
+            run=self._run,
         )
         sides = [self._side_future(side) for side in stage.sides]
         # A new partitioning (an exchange's, a Create's) is dealt out over the workers' threads
@@ -454,6 +492,7 @@ class DaskRunnerResult(PipelineResult):
         self._state = PipelineState.CANCELLING
         self._driver.stop()
         self._driver.join()
+        self._driver.wait_for_running_tasks()
         self._state = PipelineState.CANCELLED
         return self._state
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import pickle
+import threading
 
 import apache_beam as beam
 from apache_beam import DoFn
@@ -93,6 +95,7 @@ class Program:
     splits: tuple  # (exchange id, local, kind)
     topic: str | None  # the run's metrics events
     index_topic: str | None  # the run's exchange indexes, for the launcher
+    run: str = ""  # the run's id, by which `running_stage_tasks` counts its tasks
 
 
 # A spilled piece weighs what it parked, not its reference: the shards that exchanges balance
@@ -135,10 +138,36 @@ def _group(elements: list) -> dict:
     return groups
 
 
+# The stage tasks running in this worker process, by run id. Cancelling a dask future does not
+# stop a task that has started: a stopped run's launcher asks the workers for these
+# (`running_stage_tasks`) and waits for them before it cleans up, so that no task of it writes
+# into the output's working folder after the run has ended.
+_RUNNING: collections.Counter = collections.Counter()
+_RUNNING_LOCK = threading.Lock()
+
+
+def running_stage_tasks(run: str) -> int:
+    """How many stage tasks of `run` this worker process is running (Client.run asks it)."""
+    with _RUNNING_LOCK:
+        return _RUNNING[run]
+
+
 def run_stage(program: Program, source, *side_values) -> dict:
     """One task: the stage's steps over one partition; returns the exported collections and
     the exchanges' inputs, grouped (`_group`) or as they are (a Reshuffle). The exchanges'
     indexes go to the launcher as an event, sooner than a task of their own would."""
+    with _RUNNING_LOCK:
+        _RUNNING[program.run] += 1
+    try:
+        return _run_stage(program, source, *side_values)
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING[program.run] -= 1
+            if not _RUNNING[program.run]:
+                del _RUNNING[program.run]
+
+
+def _run_stage(program: Program, source, *side_values) -> dict:
     collections = {0: _input_of(source)}
     side_values = [
         value[1]["exports"][value[2]] if isinstance(value, tuple) else value

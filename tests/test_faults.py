@@ -571,6 +571,87 @@ def _writing_process(candidates: dict[int, list[int]], out: pathlib.Path) -> int
     return None
 
 
+def _dask_cluster(start_server, tmp_path, env=None) -> tuple[int, list]:
+    """A scheduler and two one-thread workers on 127.0.0.1, as in tests/test_runners.py: the
+    scheduler's port, and the workers' servers."""
+    from distributed import Client
+    from test_runners import DASK, free_port, server_env
+
+    if not pathlib.Path(DASK).exists():
+        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
+    port = free_port()
+    local = ("--dashboard-address", "127.0.0.1:0")
+    scheduler = start_server(
+        "dask-scheduler",
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local],
+        env=env or server_env(),
+    )
+    scheduler.wait_for_port(port)
+    workers = [
+        start_server(
+            f"dask-worker-{i}",
+            [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
+            + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
+        )
+        for i in range(2)
+    ]
+    with Client(f"127.0.0.1:{port}", timeout=60) as client:
+        client.wait_for_workers(2, timeout=90)
+    return port, workers
+
+
+def _working_files(out: pathlib.Path) -> set[str]:
+    work = out.parent / f".{out.name}.recordforge"
+    return {str(p.relative_to(work)) for p in work.rglob("*") if p.is_file()}
+
+
+def test_a_stopped_dask_run_waits_for_its_running_tasks_before_it_cleans_up(
+    photos,
+    old,
+    new,
+    tmp_path,
+    servers,  # noqa: F811  (the fixture imported above)
+):
+    """Cancelling a dask future does not stop a task that has started. A run stopped (SIGTERM)
+    while a worker wrote a shard said 'nothing staged was kept' and let go of the folder, and
+    the task went on writing its shard and part record into the working folder afterwards,
+    where the next run could be working. The worker writing a shard is frozen (SIGSTOP) while
+    the launcher is stopped and let go on 5 s later: the launcher must wait for its task, and
+    nothing may appear in the working folder once it has exited.
+    Shown to catch: a launcher that exits while its task still runs (part files appeared after
+    its exit)."""
+    port, workers = _dask_cluster(servers, tmp_path)
+    groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
+    out = tmp_path / "run" / "out"
+    _place(old, out)
+    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
+    assert _wait_for_parts(process, out, 1), process.communicate()[1]
+    writing = None
+    while writing is None and process.poll() is None:
+        writing = _writing_process(groups, out)
+    assert writing is not None, "the run ended before a worker was seen writing a shard"
+    os.killpg(writing, signal.SIGSTOP)
+    try:
+        process.send_signal(signal.SIGTERM)
+        # A launcher that does not wait for the task exits meanwhile; one that waits cannot.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+    finally:
+        os.killpg(writing, signal.SIGCONT)
+    _, stderr = process.communicate(timeout=300)
+    at_exit = _working_files(out)
+    time.sleep(3)  # what a task left running would write meanwhile
+    assert _working_files(out) == at_exit, stderr
+    assert "Traceback" not in stderr, stderr
+    assert process.returncode == 128 + signal.SIGTERM, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"recordforge: stopped by SIGTERM; {out} is as it was; "), stderr
+    if last.endswith("nothing staged was kept"):
+        assert not any(".tfrecord-" in name for name in at_exit), (at_exit, stderr)
+    assert check_invariant(out, old, new) == "old"
+    resume_completes(photos, out, new)
+
+
 @pytest.mark.parametrize("gives_up", [False, True], ids=["dask-retries", "dask-gives-up"])
 def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume_finishes(
     photos,
@@ -588,32 +669,12 @@ def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume
     dataset byte for byte. Either way `--resume` then completes.
     Shown to catch: a retry appending to the killed attempt's shard file; a swallowed KilledWorker.
     """
-    from distributed import Client
-    from test_runners import DASK, free_port, server_env
+    from test_runners import server_env
 
-    if not pathlib.Path(DASK).exists():
-        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
-    port = free_port()
-    local = ("--dashboard-address", "127.0.0.1:0")
     env = server_env()
     if gives_up:  # a task whose worker dies while it runs it is not run again
         env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
-    scheduler = servers(
-        "dask-scheduler",
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local],
-        env=env,
-    )
-    scheduler.wait_for_port(port)
-    workers = [
-        servers(
-            f"dask-worker-{i}",
-            [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
-            + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
-        )
-        for i in range(2)
-    ]
-    with Client(f"127.0.0.1:{port}", timeout=60) as client:
-        client.wait_for_workers(2, timeout=90)
+    port, workers = _dask_cluster(servers, tmp_path, env)
     # Each worker's group: `dask worker` (the nanny) and the worker process it started.
     groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
     out = tmp_path / "run" / "out"
