@@ -38,7 +38,11 @@ from recordforge.transforms.core.errors import (
 from recordforge.transforms.core.files.naming import MANIFEST_FILE_BESIDE_TFDS
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.reports.summary import plural
-from recordforge.transforms.internals import LOST_WORKER_TEXTS, subcommand_parser
+from recordforge.transforms.internals import (
+    LOST_SCHEDULER_TEXTS,
+    LOST_WORKER_TEXTS,
+    subcommand_parser,
+)
 from recordforge.transforms.staging import JOURNAL, commit_in_place, interrupted_commit
 
 LOGGER = logging.getLogger("recordforge")
@@ -342,13 +346,20 @@ def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ..
 
 
 def _lost_worker(error: BaseException) -> str | None:
-    """One line for a run whose runner lost a worker process, else None."""
+    """One line for a run whose runner lost a worker process or its scheduler, else None."""
     while error is not None:
         text = f"{type(error).__name__}: {error}"
         for marker in LOST_WORKER_TEXTS:
             if marker in text:
                 detail = text[text.index(marker) :].splitlines()[0][:200]
                 return f"the runner lost a worker process ({detail})"
+        for marker in LOST_SCHEDULER_TEXTS:
+            if marker in text:
+                # Its client's errors, trying to reconnect until it closes, would follow the
+                # line that says so.
+                logging.getLogger("distributed.client").disabled = True
+                detail = text.splitlines()[0][:200]
+                return f"the runner lost its Dask scheduler ({detail})"
         error = error.__cause__ or error.__context__
     return None
 

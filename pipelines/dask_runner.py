@@ -115,6 +115,8 @@ class _Driver(threading.Thread):
         deadline = time.monotonic() + timeout
         said = False
         while True:
+            if self._client.status != "running":  # the scheduler is lost: it cannot be asked
+                return
             try:
                 running = sum(self._client.run(dask_tasks.running_stage_tasks, self._run).values())
             except Exception:  # noqa: BLE001  (the cluster is gone: no task of it runs on)

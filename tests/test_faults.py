@@ -573,7 +573,7 @@ def _writing_process(candidates: dict[int, list[int]], out: pathlib.Path) -> int
 
 def _dask_cluster(start_server, tmp_path, env=None) -> tuple[int, list]:
     """A scheduler and two one-thread workers on 127.0.0.1, as in tests/test_runners.py: the
-    scheduler's port, and the workers' servers."""
+    scheduler's port, and the servers (the scheduler's first)."""
     from distributed import Client
     from test_runners import DASK, free_port, server_env
 
@@ -597,7 +597,7 @@ def _dask_cluster(start_server, tmp_path, env=None) -> tuple[int, list]:
     ]
     with Client(f"127.0.0.1:{port}", timeout=60) as client:
         client.wait_for_workers(2, timeout=90)
-    return port, workers
+    return port, [scheduler, *workers]
 
 
 def _working_files(out: pathlib.Path) -> set[str]:
@@ -620,7 +620,7 @@ def test_a_stopped_dask_run_waits_for_its_running_tasks_before_it_cleans_up(
     nothing may appear in the working folder once it has exited.
     Shown to catch: a launcher that exits while its task still runs (part files appeared after
     its exit)."""
-    port, workers = _dask_cluster(servers, tmp_path)
+    port, (_, *workers) = _dask_cluster(servers, tmp_path)
     groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
     out = tmp_path / "run" / "out"
     _place(old, out)
@@ -652,6 +652,36 @@ def test_a_stopped_dask_run_waits_for_its_running_tasks_before_it_cleans_up(
     resume_completes(photos, out, new)
 
 
+def test_a_dask_run_whose_scheduler_is_lost_fails_in_one_line_and_keeps_the_dataset(
+    photos,
+    old,
+    new,
+    tmp_path,
+    servers,  # noqa: F811  (the fixture imported above)
+):
+    """The scheduler killed once the run has staged a shard: one line saying so, exit 1, the
+    previous dataset as it was, and a rerun completes. Shown to catch: the lost scheduler
+    reported as a traceback, followed by the dask client's own reconnection errors."""
+    port, (scheduler, *_) = _dask_cluster(servers, tmp_path)
+    out = tmp_path / "run" / "out"
+    _place(old, out)
+    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
+    assert _wait_for_parts(process, out, 1), process.communicate()[1]
+    os.killpg(scheduler.process.pid, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=300)
+    lines = stderr.strip().splitlines()
+    assert process.returncode == 1, stderr
+    assert re.match(
+        r"recordforge: failed: the runner lost its Dask scheduler \(FutureCancelledError: .*"
+        rf"scheduler-connection-lost.*\); {re.escape(str(out))} is as it was; ",
+        lines[-1],
+    ), stderr
+    progress = ("recordforge: converting", "recordforge: progress", "recordforge: wrote")
+    assert all(line.startswith(progress) for line in lines[:-1]), stderr
+    assert check_invariant(out, old, new) == "old"
+    resume_completes(photos, out, new)
+
+
 @pytest.mark.parametrize("gives_up", [False, True], ids=["dask-retries", "dask-gives-up"])
 def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume_finishes(
     photos,
@@ -674,7 +704,7 @@ def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume
     env = server_env()
     if gives_up:  # a task whose worker dies while it runs it is not run again
         env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
-    port, workers = _dask_cluster(servers, tmp_path, env)
+    port, (_, *workers) = _dask_cluster(servers, tmp_path, env)
     # Each worker's group: `dask worker` (the nanny) and the worker process it started.
     groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
     out = tmp_path / "run" / "out"
@@ -701,6 +731,8 @@ def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume
             rf"{re.escape(str(out))} is as it was; ",
             lines[-1],
         ), stderr
-        progress = ("recordforge: converting", "recordforge: progress", "recordforge: wrote")
-        assert all(line.startswith(progress) for line in lines[:-1]), stderr
+        # Besides progress, it may say it waits for its tasks still running on the other worker.
+        said = ("recordforge: converting", "recordforge: progress", "recordforge: wrote")
+        said += ("recordforge: waiting for",)
+        assert all(line.startswith(said) for line in lines[:-1]), stderr
     resume_completes(photos, out, new)

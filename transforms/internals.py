@@ -771,6 +771,8 @@ LOST_WORKER_TEXTS = (
     "Channel closed prematurely",  # FnApiRunner: the worker's data channel
     "KilledWorker",  # Dask: a task's workers died too often
 )
+# What Dask's client raises for the tasks of a run whose scheduler it lost.
+LOST_SCHEDULER_TEXTS = ("scheduler-connection-lost",)
 # What Beam's DoFn runner appends to the message of an exception it re-raises.
 _STEP_SUFFIX = " [while running"
 
