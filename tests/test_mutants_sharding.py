@@ -136,6 +136,16 @@ def test_a_small_split_for_one_host_gets_no_per_host_note():
     )
 
 
+def test_one_shard_is_said_in_the_singular():
+    plan = plan_shards(SplitStats(15, 15 * MIB, MIB), ShardingConfig(num_hosts=1))
+    assert plan.reason == (
+        "15.0 MiB is too little for 10 shards (10 per reading host) of at least 10.0 MiB: "
+        "1 shard of about 15.0 MiB"
+    )
+    forced = plan_shards(SplitStats(15, 15 * MIB, MIB), ShardingConfig(num_shards=1))
+    assert forced.reason == "1 shard, as requested"
+
+
 def test_a_small_split_for_two_hosts_says_how_many_per_host():
     plan = plan_shards(SplitStats(60, 60 * MIB, MIB), ShardingConfig(num_hosts=2))
     assert plan.num_shards == 6

@@ -120,7 +120,7 @@ def plan_shards(stats: SplitStats, config: ShardingConfig) -> ShardPlan:
     if stats.num_records == 0:
         return ShardPlan(0, "the split has no records: no shards", stats)
     if config.num_shards is not None:
-        count, reason = config.num_shards, f"{config.num_shards} shards, as requested"
+        count, reason = config.num_shards, f"{_shards(config.num_shards)}, as requested"
     elif total <= config.min_shard_bytes:
         count = 1
         reason = (
@@ -131,7 +131,7 @@ def plan_shards(stats: SplitStats, config: ShardingConfig) -> ShardPlan:
         count = _round_down_to_multiple(total // config.min_shard_bytes, hosts)
         reason = (
             f"{human_size(total)} is too little for {10 * hosts} shards (10 per reading host) "
-            f"of at least {human_size(config.min_shard_bytes)}: {count} shards of about "
+            f"of at least {human_size(config.min_shard_bytes)}: {_shards(count)} of about "
             f"{human_size(total / count)}{_multiple_note(count, hosts)}"
         )
     elif total <= 10 * hosts * config.max_shard_bytes:
@@ -144,7 +144,7 @@ def plan_shards(stats: SplitStats, config: ShardingConfig) -> ShardPlan:
         count = _round_up_to_multiple(math.ceil(total / config.max_shard_bytes), hosts)
         reason = (
             f"{human_size(total)} in {10 * hosts} shards (10 per reading host) would make each "
-            f"larger than {human_size(config.max_shard_bytes)}: {count} shards of about "
+            f"larger than {human_size(config.max_shard_bytes)}: {_shards(count)} of about "
             f"{human_size(total / count)}{_multiple_note(count, hosts)}"
         )
     capped, why = _cap(count, stats)
@@ -167,6 +167,10 @@ def _cap(count: int, stats: SplitStats) -> tuple[int, str]:
         f"the largest record ({human_size(stats.max_record_bytes)}) must fit in the mean shard "
         "size, so that no shard is empty"
     )
+
+
+def _shards(count: int) -> str:
+    return f"{count} shard{'s' if count != 1 else ''}"
 
 
 def _round_down_to_multiple(count: int, hosts: int) -> int:
