@@ -412,6 +412,10 @@ def _print_summary(
             f"  {name:<14}{split['num_records']:>12,}{split['num_shards']:>8,}"
             f"{human_size(split['num_bytes']):>14}"
         )
+    requested = ((manifest.get("plan") or {}).get("config") or {}).get("num_shards")
+    for name, split in ((manifest.get("plan") or {}).get("splits") or {}).items():
+        if requested is not None and split.get("num_shards", requested) < requested:
+            print(f"  {name}: {split['reason']}")  # --num-shards could not be kept
     labels = manifest.get("labels")
     if labels:
         shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")

@@ -247,6 +247,20 @@ def test_the_summary_says_why_a_flat_folder_has_no_labels(tmp_path, cli):
     assert "no labels: not every image is in root/<class>/<file>" in result.stdout
 
 
+def test_the_summary_says_when_num_shards_could_not_be_kept(tmp_path, cli):
+    root = tmp_path / "flat"
+    for i in range(3):
+        make_image(root / f"{i}.jpg", "JPEG", seed=i)
+    result = cli("convert", root, "-o", tmp_path / "out", "--num-shards", "5")
+    assert result.returncode == 0, result.stderr
+    manifest = _manifest(tmp_path / "out")
+    reason = manifest["plan"]["splits"]["train"]["reason"]
+    assert reason.startswith("5 shards, as requested; reduced to "), reason
+    assert f"\n  train: {reason}\n" in result.stdout
+    kept = cli("convert", root, "-o", tmp_path / "kept", "--num-shards", "3")
+    assert "as requested" not in kept.stdout
+
+
 def test_a_hidden_file_named_on_its_own_is_converted(tmp_path, cli):
     # Named on the command line, `.photo.jpg` was skipped as hidden: exit 0, "Converted 0
     # inputs", an empty dataset committed. Only what a folder or glob finds is skipped so.
