@@ -37,7 +37,7 @@ from recordforge.transforms.core.errors import (
 )
 from recordforge.transforms.core.files.naming import MANIFEST_FILE_BESIDE_TFDS
 from recordforge.transforms.core.planning.sharding import human_size
-from recordforge.transforms.core.reports.summary import plural
+from recordforge.transforms.core.reports.summary import plural, printable
 from recordforge.transforms.internals import (
     LOST_SCHEDULER_TEXTS,
     LOST_WORKER_TEXTS,
@@ -409,16 +409,17 @@ def _print_summary(
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")
     for name, split in manifest["splits"].items():
         print(
-            f"  {name:<14}{split['num_records']:>12,}{split['num_shards']:>8,}"
+            f"  {printable(name):<14}{split['num_records']:>12,}{split['num_shards']:>8,}"
             f"{human_size(split['num_bytes']):>14}"
         )
     requested = ((manifest.get("plan") or {}).get("config") or {}).get("num_shards")
     for name, split in ((manifest.get("plan") or {}).get("splits") or {}).items():
         if requested is not None and split.get("num_shards", requested) < requested:
-            print(f"  {name}: {split['reason']}")  # --num-shards could not be kept
+            print(f"  {printable(name)}: {split['reason']}")  # --num-shards was not kept
     labels = manifest.get("labels")
     if labels:
-        shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+        # A class name's control characters (a line break, an escape sequence) are escaped.
+        shown = ", ".join(map(printable, labels[:8])) + (", ..." if len(labels) > 8 else "")
         print(f"  {plural(len(labels), 'class')}: {shown}")
     if source.get("labels"):  # why folders gave labels, or did not
         print(f"  {source['labels']}")

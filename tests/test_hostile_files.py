@@ -247,6 +247,17 @@ def test_the_summary_says_why_a_flat_folder_has_no_labels(tmp_path, cli):
     assert "no labels: not every image is in root/<class>/<file>" in result.stdout
 
 
+def test_the_summary_escapes_control_characters_in_class_names(tmp_path, cli):
+    root = tmp_path / "photos"
+    for i, name in enumerate(("two\nlines", "clear\x1b[2Jscreen")):
+        make_image(root / name / f"{i}.jpg", "JPEG", seed=i)
+    result = cli("convert", root, "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout
+    assert "2 classes: clear\\x1b[2Jscreen, two\\nlines\n" in result.stdout
+    assert _manifest(tmp_path / "out")["labels"] == ["clear\x1b[2Jscreen", "two\nlines"]
+
+
 def test_the_summary_says_when_num_shards_could_not_be_kept(tmp_path, cli):
     root = tmp_path / "flat"
     for i in range(3):
