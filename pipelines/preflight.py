@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from recordforge.schemas.csv.document import MAX_SCHEMA_BYTES
 from recordforge.schemas.csv.schema import (
@@ -224,9 +225,36 @@ def _is_special(path: str) -> bool:
     return not has_scheme(path) and os.path.exists(to_os(path)) and not _is_folder(path)
 
 
-def first_csv_file(sources: Sequence[Source]) -> str:
-    """The CSV file whose header and first rows define the schema: the first in name order."""
-    return list_files(sources[0].pattern)[0]  # sorted by name
+# How many header-only CSV files the schema's sample looks past for one with data rows.
+_SAMPLE_FILES_TRIED = 100
+
+
+def _csv_files(sources: Sequence[Source]) -> Iterator[str]:
+    """The CSV files of `sources`, in the order the run reads them (each source's by name)."""
+    for source in sources:
+        yield from list_files(source.pattern)  # sorted by name
+
+
+def schema_sample(sources: Sequence[Source], delimiter: str):
+    """(file, header, sample) of the CSV file whose header and first rows define the schema: the
+    first with data rows (a header-only file first would otherwise refuse files that convert in
+    another order).
+
+    Raises:
+        UsageError: it cannot be read, or none of the first files has data rows.
+    """
+    tried = []
+    for path in itertools.islice(_csv_files(sources), _SAMPLE_FILES_TRIED):
+        tried.append(path)
+        try:
+            header, sample = _read_schema_sample(path, delimiter)
+        except Exception as error:  # noqa: BLE001  (pyarrow raises several types for bad text)
+            raise UsageError(f"cannot read CSV {path}: {_first_line(error)}") from None
+        if sample.num_rows:
+            return path, header, sample
+    if len(tried) > 1:
+        raise UsageError(f"none of the CSV files {tried[0]} … {tried[-1]} has data rows")
+    raise UsageError(f"CSV {tried[0]} has no data rows")
 
 
 def resolve_csv_schema(
@@ -238,7 +266,8 @@ def resolve_csv_schema(
     null_values: Sequence[str] | None = None,
     drop_index: bool = False,
 ) -> CsvSchema:
-    """The CSV schema: the schema file's columns; the rest inferred from the first CSV's rows.
+    """The CSV schema: the schema file's columns; the rest inferred from the first rows of the
+    first CSV file that has any (`schema_sample`).
 
     `null_values` (--null-values) replaces the schema file's and the default (pandas');
     `drop_index` (--drop-index) drops an unnamed first column, a DataFrame's index.
@@ -250,13 +279,7 @@ def resolve_csv_schema(
         document = {**(document or {}), "null_values": list(null_values)}
     if delimiter is None:
         delimiter = (document or {}).get("delimiter") or ","
-    sample_file = first_csv_file(sources)
-    try:
-        header, sample = _read_schema_sample(sample_file, delimiter)
-    except Exception as error:  # noqa: BLE001  (pyarrow raises several types for unparsable text)
-        raise UsageError(f"cannot read CSV {sample_file}: {_first_line(error)}") from None
-    if sample.num_rows == 0:
-        raise UsageError(f"CSV {sample_file} has no data rows")
+    sample_file, header, sample = schema_sample(sources, delimiter)
     _warn_of_another_delimiter(header, delimiter, sample_file)
     document = _index_column(header, sample, document, drop_index, sample_file)
     for option, column in (

@@ -177,6 +177,29 @@ def test_header_only_csv_is_a_usage_error(tmp_path, cli):
     assert result.returncode == 2 and "no data rows" in result.stderr
 
 
+def test_a_header_only_first_file_takes_its_schema_from_the_next_in_either_order(tmp_path, cli):
+    """The schema was sampled from the first file only: a header-only file first was refused
+    ('has no data rows') where the same files in the other order converted."""
+    (tmp_path / "a.csv").write_text("x,y\n")
+    (tmp_path / "b.csv").write_text("x,y\n1,one\n2,two\n")
+    outputs = []
+    for order in (("a.csv", "b.csv"), ("b.csv", "a.csv")):
+        out = tmp_path / f"out-{order[0]}"
+        result = cli("convert", *(tmp_path / name for name in order), "-o", out)
+        assert result.returncode == 0, result.stderr
+        manifest = json.loads((out / "dataset_info.json").read_text())
+        assert manifest["num_records"] == 2
+        outputs.append({k: v["dtype"] for k, v in manifest["features"].items()})
+    assert outputs[0] == outputs[1] == {"x": "int64", "y": "bytes"}
+    only_headers = tmp_path / "headers"
+    for name in ("a.csv", "c.csv"):
+        (only_headers / name).parent.mkdir(exist_ok=True)
+        (only_headers / name).write_text("x,y\n")
+    result = cli("convert", only_headers / "*.csv", "-o", tmp_path / "none")
+    assert result.returncode == 2
+    assert "none of the CSV files" in result.stderr and "has data rows" in result.stderr
+
+
 def test_several_csv_files_and_a_foreign_header(tmp_path, cli):
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "a.csv").write_text("x,y\n1,a\n2,b\n")
