@@ -45,6 +45,8 @@ def _resolved(value):
 class _InProcessClient:
     """What the driver uses of a dask.distributed Client; tasks run when submitted."""
 
+    status = "running"
+
     def __init__(self, threads=None):
         self.threads = threads or {"tcp://127.0.0.1:1": 1, "tcp://127.0.0.1:2": 1}
         self.submitted: list[tuple[str, dict]] = []
@@ -67,6 +69,10 @@ class _InProcessClient:
 
     def cancel(self, futures):
         pass
+
+    def run(self, function, *args):
+        """Every worker's answer: here, this process's (its tasks have all ended)."""
+        return {address: function(*args) for address in self.threads}
 
 
 def _planned(build) -> dask_plan.Planner:
