@@ -45,6 +45,7 @@ from recordforge.pipelines.verify import VerifyReport, format_report, verify_dat
 from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
+    FileNameTooLong,
     InputChanged,
     InputIncomplete,
     OutOfSpace,
@@ -211,7 +212,7 @@ def run_conversion(
         run_prepared(args, config, options, prepared, progress=progress)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         raise_interrupt_in(error)
-        refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace))
+        refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace, FileNameTooLong))
         if refusal is not None:
             raise refusal from error
         raise

@@ -27,6 +27,7 @@ from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.schemas.tfds_metadata import names_left_out
 from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
+    FileNameTooLong,
     InputChanged,
     InputIncomplete,
     OutOfSpace,
@@ -306,7 +307,10 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
         print(f"recordforge: failed: {message}; {_unchanged(output)}", file=sys.stderr)
         return EXIT_FAILED
     message = (
-        _cause_message(error, (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace))
+        _cause_message(
+            error,
+            (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace, FileNameTooLong),
+        )
         or _out_of_space(error)
         or _lost_worker(error)
     )

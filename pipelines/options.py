@@ -437,6 +437,17 @@ def build_config(
             "none (--image-column)"
         )
     name, compression, write_index, tfds = output_settings(args, output)
+    if output is not None:
+        # With --split-column the split names are in the data: a row's that is too long fails
+        # the run where its shard is written (transforms.write); the name alone is checked here.
+        preflight.check_file_name_lengths(
+            output,
+            name,
+            ("x",) if args.split_column else [split for split, _ in splits],
+            compression,
+            write_index,
+            given_name=getattr(args, "name", None) is not None,
+        )
     # A staged table is not a file of the user's; the images its rows name are confined.
     allowed_roots = preflight.resolve_allowed_roots(
         args.allowed_root or (), [s for s in sources if not s.references]

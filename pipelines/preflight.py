@@ -41,8 +41,10 @@ from recordforge.transforms.core.files.confine import (
 )
 from recordforge.transforms.core.files.filenames import absolute_local_path, display, from_os, to_os
 from recordforge.transforms.core.files.naming import (
+    MAX_FILE_NAME_BYTES,
     is_valid_dataset_name,
     is_valid_split_name,
+    longest_shard_file_name,
 )
 from recordforge.transforms.core.files.paths import (
     glob_root,
@@ -493,6 +495,38 @@ def default_name(output: str) -> str:
 def check_name(name: str) -> None:
     if not is_valid_dataset_name(name):
         raise UsageError(f"--name {name!r}: use letters, digits, '_', '-' and '.' only")
+
+
+def check_file_name_lengths(
+    output: str,
+    name: str,
+    splits,
+    compression: str,
+    write_index: bool,
+    *,
+    given_name: bool = True,
+) -> None:
+    """Refuses a dataset name and split names whose shard file names a local file system
+    cannot hold (more than 255 bytes while staged): the run failed where it wrote its first
+    shard, with a traceback. Object stores take longer names, and are not checked."""
+    if has_scheme(output):
+        return
+    for split in splits:
+        longest = longest_shard_file_name(name, split, compression, write_index)
+        if longest > MAX_FILE_NAME_BYTES:
+            whose = (
+                "--name" if given_name else "the dataset name (the output folder's name; --name)"
+            )
+            raise UsageError(
+                f"{whose} {_shown(name)} and split {_shown(split)} give shard file names of "
+                f"{longest:,} bytes as they are written, more than the {MAX_FILE_NAME_BYTES} a "
+                "file name may have: shorten them by "
+                f"{longest - MAX_FILE_NAME_BYTES:,} bytes"
+            )
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...") + f" ({len(text):,} chars)"
 
 
 def _first_line(error: BaseException) -> str:

@@ -84,6 +84,51 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
     assert _tree(tmp_path) == before
 
 
+@pytest.mark.parametrize(
+    ("args", "phrases"),
+    [
+        (["--name", "n" * 200], ["--name 'nnn", "(200 chars)", "shorten them by 18 bytes"]),
+        (["--splits", "s" * 240 + "=0.5,b=0.5"], ["the dataset name", "split 'sss", "(240 chars)"]),
+        (["--name", "n" * 190, "--compression", "gzip"], ["--name", "shorten them by 11 bytes"]),
+    ],
+)
+def test_names_too_long_for_shard_file_names_are_usage_errors(
+    small_folder, tmp_path, cli, args, phrases
+):
+    """While a run works, a shard's part record is `{name}-{split}.tfrecord-00000-of-00001.{32
+    hex}.part.json`: past 255 bytes, the file system's limit, the run failed writing its first
+    shard, with a traceback ('OSError: [Errno 36] File name too long'), after all the work."""
+    before = _tree(tmp_path)
+    result = cli("convert", small_folder, "-o", tmp_path / "out", *args)
+    _assert_usage_error(result, *phrases)
+    assert _tree(tmp_path) == before
+
+
+def test_names_at_the_file_name_limit_convert(small_folder, tmp_path, cli):
+    # The longest name written: `{name}-train.tfrecord-00000-of-00001.{32 hex}.part.json`.
+    name = "n" * (255 - len("-train.tfrecord-00000-of-00001") - 33 - len(".part.json"))
+    result = cli("convert", small_folder, "-o", tmp_path / "out", "--name", name)
+    assert result.returncode == 0, result.stderr
+    assert [p.name for p in shard_files(tmp_path / "out")] == [
+        f"{name}-train.tfrecord-00000-of-00001"
+    ]
+
+
+def test_a_split_column_value_too_long_for_a_file_name_fails_in_one_line(tmp_path, cli):
+    table = tmp_path / "t.csv"
+    table.write_text(
+        "x,split\n" + "".join(f"{i},{'s' * 240 if i % 2 else 'train'}\n" for i in range(6))
+    )
+    out = tmp_path / "out"
+    result = cli("convert", table, "--split-column", "split", "-o", out)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "failed" in line]
+    assert line.startswith("recordforge: failed: cannot write shard out-sss")
+    assert "too long for the file system" in line and "'ssss" in line
+    assert not out.exists()
+
+
 def test_an_output_beside_an_image_file_given_on_its_own_is_not_inside_the_input(small_folder, cli):
     # `convert photos/b/0.jpg -o photos/b/out` was refused: "the output folder ... is inside the
     # input '.../0.jpg'; its files would be read as inputs" (the file's folder was taken for

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import functools
 import gzip
 import io
@@ -29,6 +30,7 @@ from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from recordforge.transforms.core.errors import (
+    FileNameTooLong,
     InputError,
     OutOfSpace,
     ResumeRefused,
@@ -200,6 +202,16 @@ class _WriteShardFn(beam.DoFn):
             )
         except OSError as error:
             raise_if_out_of_space(error, f"shard {final_name}", self._parts)
+            if error.errno == errno.ENAMETOOLONG:
+                # A split name from the data (--split-column) or reshard's input: the name
+                # options are checked before the run (preflight.check_file_name_lengths).
+                written = os.path.basename(os.fsdecode(error.filename or final_name))
+                raise FileNameTooLong(
+                    f"cannot write shard {final_name[:60]}...: its file name, "
+                    f"{len(os.fsencode(written)):,} bytes as it is written, is too long for the "
+                    f"file system ({error.strerror}); shorten --name or the split name "
+                    f"{split[:40]!r}"
+                ) from error
             raise
 
     def _write(self, split, index, num_shards, final_name, records, order, fingerprint):

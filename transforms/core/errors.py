@@ -78,6 +78,11 @@ class OutOfSpace(RunFailed):
     """The disk (or quota) ran out while a file was written; the message names it."""
 
 
+class FileNameTooLong(RunFailed):
+    """A shard's file name is longer than the file system takes (a split name from the data);
+    the message names the shard and the split."""
+
+
 def out_of_space_message(error: OSError, what: str, where: str) -> str | None:
     """One line for an OSError that is a full disk or an exhausted quota, else None.
 

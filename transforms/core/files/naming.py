@@ -61,6 +61,24 @@ def shard_file_name(name: str, split: str, index: int, num_shards: int, compress
     return f"{name}-{split}.tfrecord-{index:05d}-of-{num_shards:05d}{suffix}"
 
 
+# The longest file name local file systems take (NAME_MAX of ext4, XFS, APFS, NTFS), in bytes.
+MAX_FILE_NAME_BYTES = 255
+# While a run works, a shard (and its index) has its final name plus `.{32 hex digits}`, the
+# write attempt's, and its part record that name plus `.part.json` (transforms/write.py,
+# core/files/parts.PART_RECORD_SUFFIX), until the commit renames them.
+_ATTEMPT_SUFFIX_BYTES = 1 + 32
+_PART_RECORD_SUFFIX_BYTES = len(".part.json")
+
+
+def longest_shard_file_name(name: str, split: str, compression: str, write_index: bool) -> int:
+    """Bytes of the longest file name a run writes for the shards of `split` (up to 99,999
+    shards): a staged shard's part record, `{shard}.{attempt}.part.json`, or with
+    `write_index` its staged index, `{shard}.idx.{attempt}`, whichever is longer."""
+    shard = len(shard_file_name(name, split, 0, 1, compression).encode("utf-8"))
+    index = shard + len(INDEX_SUFFIX) + _ATTEMPT_SUFFIX_BYTES if write_index else 0
+    return max(shard + _ATTEMPT_SUFFIX_BYTES + _PART_RECORD_SUFFIX_BYTES, index)
+
+
 def shard_file_pattern(name: str | None = None) -> re.Pattern[str]:
     """A regex matching the shard file names of dataset `name`, or of any dataset when None."""
     prefix = re.escape(name) if name is not None else r"(?P<name>.+)"
