@@ -130,6 +130,61 @@ def test_pixel_limit_holds_before_decoding_and_after_resizing():
     assert raised.value.kind == "ResizeTooLarge"
 
 
+@pytest.mark.parametrize(
+    ("source_format", "fmt", "limit", "size", "options"),
+    [
+        ("PNG", "webp", 16383, lambda side: (side, 2), lambda side: Preprocessing(encode="webp")),
+        ("PNG", "jpeg", 65500, lambda side: (2, side), lambda side: Preprocessing(encode="jpeg")),
+        # A WebP strip resized (--resize WxH) to be wider than WebP holds.
+        (
+            "WEBP",
+            "webp",
+            16383,
+            lambda side: (-(-side // 4), 1),
+            lambda side: Preprocessing(size=(side, 4), mode="pad"),
+        ),
+    ],
+)
+def test_a_side_longer_than_the_stored_format_holds_is_refused_before_encoding(
+    source_format, fmt, limit, size, options, tf
+):
+    """JPEG holds at most 65,500 pixels a side, WebP 16,383: beyond them Pillow's encoder
+    failed in the writer, and the good source file was quarantined as CorruptImage ('the PNG
+    file cannot be decoded for --resize/--encode: broken data stream when writing image
+    file'). The stored size is known from the header: the record is refused as it is planned."""
+    over = limit + 4
+    with pytest.raises(InputError) as raised:
+        options(over).stored_facts(source_format.lower(), *size(over), 3, 10**9)
+    assert raised.value.kind == "TooLargeForFormat"
+    assert f"{limit:,} pixels a side" in raised.value.message
+    with pytest.raises(InputError) as raised:
+        preprocess(_image(source_format, size=size(over)), options(over), max_pixels=10**9)
+    assert raised.value.kind == "TooLargeForFormat"
+    # At the limit itself it is stored, and TensorFlow decodes it to the predicted size.
+    stored = preprocess(_image(source_format, size=size(limit)), options(limit), max_pixels=10**9)
+    width, height = options(limit).output_size(*size(limit))
+    assert _facts(stored) == (fmt, width, height, 3)
+    decoded = tf.io.decode_image(stored, expand_animations=False)
+    assert tuple(decoded.shape) == (height, width, 3)
+
+
+def test_an_image_too_wide_for_the_stored_format_is_a_record_error_naming_the_limit(tmp_path):
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "panorama.png").write_bytes(_image("PNG", size=(20000, 20)))
+    (source / "small.png").write_bytes(_image("PNG", size=(30, 20)))
+    out = tmp_path / "out"
+    result = _convert(source, "-o", out, "--encode", "webp")
+    (error,) = read_errors(out)
+    assert error["error"] == "TooLargeForFormat" and error["stage"] == "record"
+    assert error["source"]["path"].endswith("panorama.png")
+    assert "20,000x20" in error["message"] and "16,383" in error["message"]
+    assert "Maximum supported" not in result.stderr and "Traceback" not in result.stderr
+    manifest, splits = read_dataset(out)
+    assert manifest["num_inputs"] == 2 and manifest["num_records"] == 1
+    assert [r["image/format"] for r in splits["train"]] == [b"webp"]
+
+
 def _bad_filter_png(width=16, height=16) -> bytes:
     """A PNG whose structure is sound (CRCs, complete zlib stream of the right length) but
     whose rows use a filter type that does not exist: only a decoder finds it."""

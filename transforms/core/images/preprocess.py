@@ -46,6 +46,10 @@ _FILTER = Image.Resampling.LANCZOS
 # Bytes per pixel and channel of an encoded image, only to estimate a record's size for the
 # plan (see docs/design.md, "Preprocessing"): the writer's real sizes go into the manifest.
 _BYTES_PER_SAMPLE = {"jpeg": 0.25, "webp": 0.15, "png": 1.0}
+# The longest side the stored format holds: libjpeg's JPEG_MAX_DIMENSION, libwebp's
+# WEBP_MAX_DIMENSION (Pillow's encoders fail beyond them, and TensorFlow's decoders refuse
+# such files). PNG's limit is the writer's check of the stored bytes (formats.check_png_ihdr).
+_MAX_SIDE = {"jpeg": 65500, "webp": 16383}
 
 
 @dataclass(frozen=True)
@@ -134,11 +138,13 @@ class Preprocessing:
         before they are resized. `preprocess` stores an image of this size.
 
         Raises:
-            InputError: the stored image would exceed `max_pixels` (`ResizeTooLarge`).
+            InputError: the stored image would exceed `max_pixels` (`ResizeTooLarge`), or
+                have a side longer than its format holds (`TooLargeForFormat`).
         """
         stored_format = self.output_format(fmt)
         stored_width, stored_height = self.output_size(*oriented_size(width, height, orientation))
         _check_output_pixels(stored_width, stored_height, max_pixels)
+        _check_output_side(stored_format, stored_width, stored_height)
         return (
             stored_format,
             stored_width,
@@ -175,7 +181,8 @@ def preprocess(
 
     Raises:
         InputError: the image cannot be decoded (the probe's kinds: CorruptImage,
-            TruncatedImage, DecompressionBomb, ...), or would be too large (`ResizeTooLarge`).
+            TruncatedImage, DecompressionBomb, ...), or would be too large (`ResizeTooLarge`;
+            `TooLargeForFormat`: a side longer than JPEG or WebP holds).
     """
     facts, image = open_image(data, max_pixels=max_pixels)
     stored_format, width, height, channels = preprocessing.stored_facts(
@@ -330,6 +337,16 @@ def _check_output_pixels(width: int, height: int, max_pixels: int) -> None:
             "ResizeTooLarge",
             f"resized to {width:,}x{height:,} the image would have more than "
             f"--max-image-pixels ({max_pixels:,}) pixels",
+        )
+
+
+def _check_output_side(fmt: str, width: int, height: int) -> None:
+    limit = _MAX_SIDE.get(fmt)
+    if limit is not None and max(width, height) > limit:
+        raise InputError(
+            "TooLargeForFormat",
+            f"stored as {fmt.upper()} the image would be {width:,}x{height:,}, and {fmt.upper()} "
+            f"holds at most {limit:,} pixels a side (--encode png holds it)",
         )
 
 
