@@ -186,9 +186,14 @@ def _only(span: tuple[int, int] | None) -> int | None:
     return span[0] if span is not None and span[0] == span[1] else None
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def num_classes(manifest: Manifest) -> int | None:
     """How many classes the label ids index: the class names, or for numeric labels the
-    largest id + 1. None when unknown (no label counts) or an id is negative."""
+    largest id + 1. None when unknown (no label counts), an id is negative, or the count does
+    not fit in int64 (TFDS's numClasses field: an id of 2**63 - 1 made TFDS refuse the whole
+    dataset's metadata, "Value out of range")."""
     if manifest.labels:
         return len(manifest.labels)
     ids = set()
@@ -199,7 +204,7 @@ def num_classes(manifest: Manifest) -> int | None:
             ids.update(int(label) for label in split.label_counts)
         except ValueError:
             return None
-    if not ids or min(ids) < 0:
+    if not ids or min(ids) < 0 or max(ids) + 1 > _INT64_MAX:
         return None
     return max(ids) + 1
 

@@ -204,6 +204,22 @@ def test_numeric_labels_are_class_ids_without_names(tmp_path, cli):
     assert builder.info.supervised_keys == ({"x": "x"}, "label")
 
 
+def test_the_largest_int64_label_leaves_the_dataset_readable_by_tfds(tmp_path, cli):
+    # Ids 0 and 2**63 - 1 made numClasses 2**63, out of int64's range: builder_from_directory
+    # refused the dataset ("Failed to parse numClasses field: Value out of range").
+    import tensorflow_datasets as tfds
+
+    table = tmp_path / "table.csv"
+    table.write_text(f"x,grade\n1,0\n2,{2**63 - 1}\n3,5\n")
+    out = tmp_path / "out"
+    result = cli("convert", table, "-o", out, "--tfds", "--label-column", "grade")
+    assert result.returncode == 0, result.stderr
+    builder = tfds.builder_from_directory(str(out))
+    assert not isinstance(builder.info.features["label"], tfds.features.ClassLabel)
+    grades = sorted(int(row["label"]) for row in builder.as_dataset(split="train"))
+    assert grades == [0, 5, 2**63 - 1]
+
+
 def test_the_summary_says_when_class_names_cannot_go_in_tfds_labels_file(tmp_path, cli):
     # A class folder named " cat" dropped every class's name from TFDS's ClassLabel, silently.
     import tensorflow_datasets as tfds
@@ -307,7 +323,14 @@ def test_class_names_that_a_names_file_cannot_hold_are_left_to_the_description()
 
 @pytest.mark.parametrize(
     ("counts", "expected"),
-    [({"0": 1, "4": 2}, 5), ({"3": 1}, 4), ({"-1": 1, "2": 1}, None), (None, None)],
+    [
+        ({"0": 1, "4": 2}, 5),
+        ({"3": 1}, 4),
+        ({"-1": 1, "2": 1}, None),
+        (None, None),
+        ({"0": 1, str(2**63 - 2): 1}, 2**63 - 1),  # the most numClasses (int64) holds
+        ({"0": 1, str(2**63 - 1): 1}, None),  # one more does not fit: a plain tensor
+    ],
 )
 def test_numeric_label_ids_set_the_number_of_classes(counts, expected):
     assert tfds_metadata.num_classes(_manifest(None, counts)) == expected
