@@ -353,37 +353,42 @@ def test_the_readme_example_runs_as_written(tmp_path):
     assert manifest["num_records"] == 4 and manifest["source"]["inputs"] == ["<pandas.DataFrame>"]
 
 
-def test_ctrl_c_during_convert_raises_keyboard_interrupt_and_the_next_call_works(tmp_path):
+def test_ctrl_c_during_convert_raises_keyboard_interrupt_and_the_next_call_works(
+    tmp_path, monkeypatch
+):
     """Ctrl-C (SIGINT) while the in-process runner writes shards: FnApiRunner re-raised the
     KeyboardInterrupt a DoFn met as a RuntimeError, so `except Exception` around convert()
     swallowed it. It is a KeyboardInterrupt; the output is as it was, the staged shards are
-    kept for `resume=True`, and the next call converts."""
+    kept for `resume=True`, and the next call converts. The SIGINT is sent by the writer itself
+    once its first shard is staged, so that it lands mid-run however busy the machine is."""
     import os
     import signal
-    import threading
     import time
+
+    from recordforge.transforms import write
+    from recordforge.transforms.core.files.parts import PART_RECORD_SUFFIX
 
     for i in range(600):
         make_image(tmp_path / "photos" / ("a", "b")[i % 2] / f"{i:04d}.png", "PNG", seed=i)
     out = tmp_path / "out"
     recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=2)
     before = _shards(out)
-    parts = tmp_path / ".out.recordforge" / "parts"
+    write_atomically = write.write_atomically
+    interrupted = []
 
-    def interrupt_once_a_shard_is_staged():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if parts.is_dir() and any(p.name.endswith(".part.json") for p in parts.iterdir()):
-                os.kill(os.getpid(), signal.SIGINT)
-                return
-            time.sleep(0.001)
+    def interrupt_once_a_shard_is_staged(final, temp_dir, fill):
+        write_atomically(final, temp_dir, fill)
+        if final.endswith(PART_RECORD_SUFFIX) and not interrupted:
+            interrupted.append(final)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)  # the interrupt arrives meanwhile
 
-    watcher = threading.Thread(target=interrupt_once_a_shard_is_staged, daemon=True)
-    watcher.start()
+    monkeypatch.setattr(write, "write_atomically", interrupt_once_a_shard_is_staged)
     with pytest.raises(KeyboardInterrupt):
         recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True)
-    watcher.join()
+    assert interrupted
     assert _shards(out) == before
+    monkeypatch.undo()
     resumed = recordforge.convert(
         str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True, resume=True
     )
