@@ -29,8 +29,10 @@ from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
     InputIncomplete,
+    ListingFailed,
     OutOfSpace,
     ResumeRefused,
+    RunFailed,
     Stopped,
     UsageError,
     WorkerLost,
@@ -83,6 +85,9 @@ def main(
     except UsageError as error:
         print(f"recordforge: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except RunFailed as error:  # before the pipeline: an output folder that cannot be listed
+        print(f"recordforge: failed: {error}; nothing was written", file=sys.stderr)
+        return EXIT_FAILED
     except Stopped as stop:
         print(f"recordforge: stopped by {stop.name}; nothing was written", file=sys.stderr)
         return stop.exit_status
@@ -306,7 +311,9 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
         print(f"recordforge: failed: {message}; {_unchanged(output)}", file=sys.stderr)
         return EXIT_FAILED
     message = (
-        _cause_message(error, (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace))
+        _cause_message(
+            error, (InputChanged, InputIncomplete, ListingFailed, MixedFeatureTypes, OutOfSpace)
+        )
         or _out_of_space(error)
         or _lost_worker(error)
     )
