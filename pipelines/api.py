@@ -48,6 +48,7 @@ from recordforge.transforms.core.errors import (
     FileNameTooLong,
     InputChanged,
     InputIncomplete,
+    ListingFailed,
     OutOfSpace,
     ResumeRefused,
     RunFailed,
@@ -97,8 +98,8 @@ def convert(
     Raises:
         UsageError: a bad option, source or output; nothing was written.
         RunFailed: the run refused to finish (ErrorRateExceeded, InputChanged,
-            InputIncomplete); the output holds no new dataset. MixedFeatureTypes (a ValueError)
-            likewise, when records' feature types disagree.
+            InputIncomplete, ListingFailed); the output holds no new dataset.
+            MixedFeatureTypes (a ValueError) likewise, when records' feature types disagree.
     """
     _check_keywords("convert", options)
     output = preflight.path_argument(output, "output")
@@ -346,7 +347,7 @@ def prepare_conversion(
 
 # Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
 # an input not read to its end, records whose feature types disagree.
-REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, MixedFeatureTypes)
+REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, ListingFailed, MixedFeatureTypes)
 # What a caller catches for a refused run (MixedFeatureTypes comes from the pure schemas layer,
 # which cannot import RunFailed; it is a ValueError).
 REFUSED = (RunFailed, MixedFeatureTypes)

@@ -30,8 +30,10 @@ from recordforge.transforms.core.errors import (
     FileNameTooLong,
     InputChanged,
     InputIncomplete,
+    ListingFailed,
     OutOfSpace,
     ResumeRefused,
+    RunFailed,
     Stopped,
     UsageError,
     WorkerLost,
@@ -84,6 +86,9 @@ def main(
     except UsageError as error:
         print(f"recordforge: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except RunFailed as error:  # before the pipeline: an output folder that cannot be listed
+        print(f"recordforge: failed: {error}; nothing was written", file=sys.stderr)
+        return EXIT_FAILED
     except Stopped as stop:
         print(f"recordforge: stopped by {stop.name}; nothing was written", file=sys.stderr)
         return stop.exit_status
@@ -309,7 +314,14 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
     message = (
         _cause_message(
             error,
-            (InputChanged, InputIncomplete, MixedFeatureTypes, OutOfSpace, FileNameTooLong),
+            (
+                InputChanged,
+                InputIncomplete,
+                ListingFailed,
+                MixedFeatureTypes,
+                OutOfSpace,
+                FileNameTooLong,
+            ),
         )
         or _out_of_space(error)
         or _lost_worker(error)

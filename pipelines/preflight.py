@@ -32,7 +32,7 @@ from recordforge.schemas.features import (
     LABEL,
     LABEL_TEXT,
 )
-from recordforge.transforms.core.errors import InputError, UsageError
+from recordforge.transforms.core.errors import InputError, ListingFailed, UsageError
 from recordforge.transforms.core.files.confine import (
     is_within,
     local_path_of_uri,
@@ -152,40 +152,46 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
     """Classify each input as image folder/glob/file or CSV file/glob, and check it has files."""
     sources = []
     for index, argument in enumerate(given):
-        typed, split = split_source_argument(argument, follow_symlinks)
-        path = normalize_path(typed)
-        raw = display(from_os(typed))  # as typed, for messages and the manifest
-        if is_glob(path):
-            matched = list_files(path, follow_symlinks=follow_symlinks)
-            if not matched:
-                raise UsageError(f"no files match {raw!r}")
-            csv_count = sum(is_csv(p) for p in matched)
-            if 0 < csv_count < len(matched):
-                raise UsageError(f"{raw!r} matches both CSV files and other files; name them apart")
-            kind = "csv" if csv_count else "images"
-            sources.append(Source(index, kind, path, glob_root(path), raw))
-        elif _is_file(path):
-            kind = "csv" if is_csv(path) else "images"
-            sources.append(Source(index, kind, path, path.rsplit("/", 1)[0], raw))
-        elif _has_visible_files(path.rstrip("/"), follow_symlinks):
-            folder = path.rstrip("/")
-            sources.append(Source(index, "images", folder + "/**", folder, raw))
-        elif _is_folder(path) or list_files(path.rstrip("/") + "/**", limit=1):
-            links = "" if follow_symlinks else "; links to folders count with --follow-symlinks"
-            raise UsageError(f"input folder {raw!r} is empty (hidden files do not count{links})")
-        elif _is_special(path):
-            raise UsageError(
-                f"input {raw!r} is not a regular file or folder (a FIFO, socket or "
-                "device); it is not opened"
-            )
-        else:
-            raise UsageError(f"input not found: {raw!r}")
-        if split is not None:
-            sources[-1] = sources[-1]._replace(split=split)
+        try:
+            sources.append(_resolve_source(index, argument, follow_symlinks))
+        except ListingFailed as error:  # not "not found": the store did not answer
+            raise UsageError(f"input {display(from_os(argument))!r}: {error}") from None
     kinds = {s.kind for s in sources}
     if len(kinds) > 1:
         raise UsageError("image inputs and CSV inputs cannot be mixed in one run")
     return tuple(sources)
+
+
+def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
+    typed, split = split_source_argument(argument, follow_symlinks)
+    path = normalize_path(typed)
+    raw = display(from_os(typed))  # as typed, for messages and the manifest
+    if is_glob(path):
+        matched = list_files(path, follow_symlinks=follow_symlinks)
+        if not matched:
+            raise UsageError(f"no files match {raw!r}")
+        csv_count = sum(is_csv(p) for p in matched)
+        if 0 < csv_count < len(matched):
+            raise UsageError(f"{raw!r} matches both CSV files and other files; name them apart")
+        kind = "csv" if csv_count else "images"
+        source = Source(index, kind, path, glob_root(path), raw)
+    elif _is_file(path):
+        kind = "csv" if is_csv(path) else "images"
+        source = Source(index, kind, path, path.rsplit("/", 1)[0], raw)
+    elif _has_visible_files(path.rstrip("/"), follow_symlinks):
+        folder = path.rstrip("/")
+        source = Source(index, "images", folder + "/**", folder, raw)
+    elif _is_folder(path) or list_files(path.rstrip("/") + "/**", limit=1):
+        links = "" if follow_symlinks else "; links to folders count with --follow-symlinks"
+        raise UsageError(f"input folder {raw!r} is empty (hidden files do not count{links})")
+    elif _is_special(path):
+        raise UsageError(
+            f"input {raw!r} is not a regular file or folder (a FIFO, socket or "
+            "device); it is not opened"
+        )
+    else:
+        raise UsageError(f"input not found: {raw!r}")
+    return source if split is None else source._replace(split=split)
 
 
 def split_source_argument(argument: str, follow_symlinks: bool) -> tuple[str, str | None]:

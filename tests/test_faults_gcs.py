@@ -243,6 +243,56 @@ def test_of_runs_racing_for_a_gs_lock_exactly_one_wins(proxied, bucket):
         proxied[0].client().bucket(bucket).blob("out/.recordforge-lock").delete()
 
 
+class _ListingsAfter:
+    """A fault rule: every listing of the objects under `prefix` after the first `allowed`."""
+
+    def __init__(self, bucket: str, prefix: str, allowed: int) -> None:
+        self.path, self.prefix, self.allowed, self.seen = f"/b/{bucket}/o", prefix, allowed, 0
+
+    def __call__(self, method: str, path: str) -> bool:
+        url = urllib.parse.urlsplit(path)
+        prefix = urllib.parse.parse_qs(url.query).get("prefix", [""])[0]
+        if (
+            method != "GET"
+            or not url.path.endswith(self.path)
+            or not prefix.startswith(self.prefix)
+        ):
+            return False
+        self.seen += 1
+        return self.seen > self.allowed
+
+
+def test_an_input_listing_refused_fails_the_run_and_keeps_the_previous_dataset(
+    proxied, bucket, old_and_new
+):
+    """The input folder's listing refused (403) from its first, second, ... listing on: the
+    preflight's look, or the pipeline's own listing of the inputs. Each run must fail with one
+    line naming the listing, and leave the previous dataset. Shown to catch: a listing error
+    taken for an empty folder, which committed a dataset of 0 records over the previous one
+    (exit 0, 'no errors')."""
+    _, faults = proxied
+    old, _ = old_and_new
+    args = ("convert", f"gs://{bucket}/in/photos", "-o", f"gs://{bucket}/out", "--overwrite")
+    lines = []
+    for allowed in range(10):
+        rule = _ListingsAfter(bucket, "in/photos", allowed)
+        faults.fail(403, when=rule)
+        result = _run(*args, *OPTIONS)
+        faults.clear()
+        if rule.seen <= allowed:  # past the run's last listing: nothing was refused
+            assert result.returncode == 0, result.stderr
+            break
+        assert result.returncode in (1, 2), result.stdout + result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        line = result.stderr.strip().splitlines()[-1]
+        assert f"cannot list gs://{bucket}/in/photos/**: 403 " in line, result.stderr
+        assert line.startswith(("recordforge: failed: ", "recordforge: error: input ")), line
+        assert _dataset(proxied, bucket) == old
+        lines.append(line)
+    # The pipeline's own listing was among those refused, not only the preflight's.
+    assert any(line.endswith("is as it was; nothing staged was kept") for line in lines), lines
+
+
 def test_a_second_run_into_a_locked_gs_output_is_refused_naming_the_first(proxied, bucket):
     emulator, _ = proxied
     holder = LockHolder("run-elsewhere", "another-host", 4242, "2026-01-01T00:00:00+00:00")

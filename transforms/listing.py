@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
+from recordforge.transforms.core.errors import ListingFailed
 from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.files.walk import FILE, HIDDEN, Listed, walk_pattern
 
@@ -54,9 +55,16 @@ def list_files(
 
 
 def _match_remote(pattern: str, limit: int | None) -> list[str]:
+    """The objects `pattern` matches; ListingFailed when the store does not answer the listing
+    (an empty answer here would be a source without inputs, or an output folder seen empty)."""
     try:
         (result,) = FileSystems.match([pattern], limits=[limit] if limit else None)
-    except BeamIOError:
-        return []
+    except BeamIOError as error:
+        cause: BaseException = error
+        # Beam wraps the store's error (a 403, a 5xx its retries gave up on) once per layer.
+        while isinstance(cause, BeamIOError) and cause.exception_details:
+            cause = next(iter(cause.exception_details.values()))
+        reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
+        raise ListingFailed(f"cannot list {pattern}: {reason}") from None
     # Object stores may hold zero-byte "folder/" placeholder objects: not inputs.
     return sorted(m.path for m in result.metadata_list if not m.path.endswith("/"))

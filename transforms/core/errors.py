@@ -127,6 +127,11 @@ class WorkerLost(BaseException):
         self.detail = detail
 
 
+class ListingFailed(RunFailed):
+    """A folder or glob on an object store could not be listed (the listing was refused or kept
+    failing): which inputs it holds is unknown, so the run ends without a manifest."""
+
+
 class InputIncomplete(RunFailed):
     """An input file could not be read to its end (a CSV file cut short, damaged compression, an
     I/O error): how many rows it holds is unknown, so the run ends without a manifest."""
