@@ -309,7 +309,7 @@ def prepare_conversion(
     recordforge chose or None); the caller releases the prepared output (its lock) when the run
     ends.
     """
-    output = preflight.normalize_path(args.output)
+    output = preflight.output_path(args.output)
     config = cli_options.build_config(args, output=output, tables=tables)
     chosen = choose_workers(args, beam_args, config.sources)
     options = pipeline_options(args, beam_args, workers=chosen.count if chosen else None)

@@ -93,6 +93,28 @@ def normalize_path(path: str) -> str:
     return absolute_local_path(path)
 
 
+_PATTERN_CHARACTERS = "*?["
+
+
+def output_path(raw: str) -> str:
+    """The output folder, normalized (`normalize_path`).
+
+    Raises:
+        UsageError: its path has a character Beam's file systems read as a pattern when they
+            list and delete (`*`, `?`, `[`): a commit would match other folders' files, or miss
+            its own, and a run without --overwrite could replace the dataset.
+    """
+    path = normalize_path(raw)
+    used = sorted({c for c in path if c in _PATTERN_CHARACTERS})
+    if used:
+        raise UsageError(
+            f"the output folder {path!r} has {' and '.join(map(repr, used))} in its path, which "
+            "Beam's file systems read as a pattern when they list and delete files: choose a "
+            "path without *, ? and ["
+        )
+    return path
+
+
 def resolve_allowed_roots(given: Sequence[str], sources: Sequence[Source]) -> tuple[str, ...]:
     """The --allowed-root folders as compared (real paths, URLs), each input checked to lie
     under one of them.

@@ -126,7 +126,7 @@ def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
             "--resume: a reshard cannot be continued; rerun without --resume (it starts over, "
             "and finishes an interrupted commit first)"
         )
-    output = preflight.normalize_path(args.output)
+    output = preflight.output_path(args.output)
     config, inputs = build_reshard_config(args, output=output)
     options = beam_options(
         [*runner_args(args.runner, args.worker_pool, args.workers, beam_args), *beam_args]

@@ -103,7 +103,7 @@ def _arguments(output: str, options: Mapping) -> argparse.Namespace:
 
 
 def _config(args: argparse.Namespace, features: Mapping | None) -> ExamplesConfig:
-    output = preflight.normalize_path(args.output)
+    output = preflight.output_path(args.output)
     sharding = cli_options.sharding_config(args)
     cli_options.check_error_rate(args.max_error_rate)
     name, compression, write_index, tfds = cli_options.output_settings(args, output)
