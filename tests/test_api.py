@@ -384,8 +384,14 @@ def test_ctrl_c_during_convert_raises_keyboard_interrupt_and_the_next_call_works
             time.sleep(30)  # the interrupt arrives meanwhile
 
     monkeypatch.setattr(write, "write_atomically", interrupt_once_a_shard_is_staged)
-    with pytest.raises(KeyboardInterrupt):
-        recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True)
+    # Python's own Ctrl-C handler, as in a terminal or a notebook: a process started in the
+    # background by a shell (a CI job) inherits SIGINT ignored, and Python then installs none.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            recordforge.convert(str(tmp_path / "photos"), str(out), num_shards=12, overwrite=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert interrupted
     assert _shards(out) == before
     monkeypatch.undo()
