@@ -124,6 +124,9 @@ class FeatureTally:
         # key -> {dtype: records holding it as that dtype}, for records whose features are
         # typed by what they hold (TFRecord inputs, WriteDataset) rather than declared.
         self.dtypes: dict[str, dict[str, int]] = {}
+        # key -> records holding it as a Feature with no list set, which TensorFlow's parser
+        # takes for a missing key (a FixedLenFeature refuses it, a VarLenFeature gives []).
+        self.untyped: dict[str, int] = {}
 
     def add(self, lengths: Iterable[tuple[str, int]], times: int = 1) -> None:
         """Count `times` records, each with (key, number of values) for each key it has."""
@@ -145,6 +148,8 @@ class FeatureTally:
             if dtype is not None:
                 seen = self.dtypes.setdefault(key, {})
                 seen[dtype] = seen.get(dtype, 0) + times
+            else:
+                self.untyped[key] = self.untyped.get(key, 0) + times
 
     def merge(self, other: FeatureTally) -> FeatureTally:
         self.num_records += other.num_records
@@ -153,6 +158,8 @@ class FeatureTally:
             mine = self.dtypes.setdefault(key, {})
             for dtype, count in seen.items():
                 mine[dtype] = mine.get(dtype, 0) + count
+        for key, count in getattr(other, "untyped", {}).items():
+            self.untyped[key] = self.untyped.get(key, 0) + count
         for key, (count, low, high) in other.keys.items():
             entry = self.keys.get(key)
             if entry is None:
@@ -171,7 +178,9 @@ def derive_specs(
 
     A declared feature present in every record gets a fixed shape (() for scalars, (k,) for lists
     that always hold k values); otherwise (-1,) and, if some record lacks it, optional. Records
-    that arrive serialized declare their features by what they hold (InferredFeatures).
+    that arrive serialized declare their features by what they hold (InferredFeatures). A key
+    some record holds as a Feature with no list set is (-1,) and optional: TensorFlow's parser
+    takes such a Feature for a missing key, which a fixed shape (a FixedLenFeature) refuses.
     """
     if isinstance(declared, InferredFeatures):
         declared = declared.declare(tally)
@@ -185,10 +194,13 @@ def derive_specs(
             shape = () if everywhere else (-1,)
         else:
             shape = (low,) if everywhere and low == high and tally.num_records else (-1,)
+        optional = not everywhere
+        if getattr(tally, "untyped", {}).get(feature.key) and -1 not in shape:
+            shape, optional = (-1,), True
         specs[feature.key] = FeatureSpec(
             dtype=feature.dtype,
             shape=shape,
-            optional=not everywhere,
+            optional=optional,
             description=feature.description,
         )
     return specs

@@ -395,3 +395,52 @@ def test_a_stopped_reshard_keeps_nothing_and_does_not_offer_resume(tmp_path):
     with pytest.raises(ValueError, match="a reshard cannot be continued"):
         recordforge.reshard(str(tmp_path / "in"), str(out), overwrite=True, resume=True)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_feature_with_no_list_set_gets_a_spec_tensorflow_parses(tmp_path):
+    """A Feature with no list set (`tf.train.Feature()`) is a missing key to TensorFlow's parser:
+    a FixedLenFeature refuses it ('is required but could not be found'). A key that only ever
+    held no values was given the fixed shape [0], so tf.data with the manifest's spec (and
+    `load`) failed on the first record, and `verify` passed the dataset."""
+    import tensorflow as tf
+
+    def record(i: int, empty: tf.train.Feature) -> bytes:
+        feature = {"id": tf.train.Feature(int64_list=tf.train.Int64List(value=[i])), "e": empty}
+        return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+    typed_empty = tf.train.Feature(bytes_list=tf.train.BytesList())
+    cases = {
+        "untyped": [record(i, tf.train.Feature()) for i in range(6)],
+        "mixed": [record(i, tf.train.Feature() if i % 2 else typed_empty) for i in range(6)],
+        "typed": [record(i, typed_empty) for i in range(6)],  # [0] parses: kept as it was
+    }
+    for case, records in cases.items():
+        write_tfrecords(tmp_path / case / "in.tfrecord", records)
+        out = tmp_path / f"out-{case}"
+        done = run_cli("reshard", tmp_path / case / "in.tfrecord", "--output", out)
+        assert done.returncode == 0, done.stderr
+        spec = json.loads((out / "dataset_info.json").read_text())["features"]["e"]
+        if case == "typed":
+            assert spec == {"dtype": "bytes", "shape": [0], "optional": False}
+        else:
+            assert (spec["shape"], spec["optional"]) == ([-1], True), case
+        parsed = list(recordforge.load(out, "train").as_numpy_iterator())
+        assert sorted(int(row["id"]) for row in parsed) == list(range(6)), case
+        assert all(len(row["e"]) == 0 for row in parsed), case
+        assert run_cli("verify", out).returncode == 0
+
+    # verify finds such a Feature under a fixed-shape key, as TensorFlow's parser does.
+    out = tmp_path / "out-typed"
+    info = json.loads((out / "dataset_info.json").read_text())
+    (shard,) = info["splits"]["train"]["shards"]
+    path = out / shard["file"]
+    with open(path, "rb") as f:
+        stored = list(read_records(f))
+    untyped = [record(100, tf.train.Feature())]
+    path.write_bytes(b"".join(frame_record(r) for r in stored[:-1] + untyped))
+    shard["num_bytes"] = path.stat().st_size
+    info["splits"]["train"]["num_bytes"] = path.stat().st_size
+    (out / "dataset_info.json").write_text(json.dumps(info))
+    checked = run_cli("verify", out)
+    assert checked.returncode == 1, checked.stdout
+    assert "missing_feature: feature 'e' has no list set" in checked.stdout

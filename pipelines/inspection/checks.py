@@ -180,7 +180,7 @@ class ExampleChecker:
             if count is None:
                 if n == 0 and feature.WhichOneof("kind") not in (None, self._expected[key][0]):
                     return self._diagnose(feature_map)
-            elif n != count:
+            elif n != count or (n == 0 and feature.WhichOneof("kind") is None):
                 return self._diagnose(feature_map)
         if present != len(feature_map):  # keys the spec does not have
             return self._diagnose(feature_map)
@@ -198,6 +198,16 @@ class ExampleChecker:
             actual = feature.WhichOneof("kind")
             if actual is None:  # a Feature with no list set reads as an empty list of any type
                 values = 0
+                if count == 0:  # ... where TensorFlow takes it for a missing key: no FixedLen
+                    shape = list(self._specs[key].shape)
+                    found.append(
+                        (
+                            "missing_feature",
+                            f"feature {key!r} has no list set, which TensorFlow parses as a "
+                            f"missing key; its shape {shape} needs one",
+                        )
+                    )
+                    continue
             elif actual != kind:
                 found.append(
                     (
