@@ -325,6 +325,7 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
         )
         or _out_of_space(error)
         or _lost_worker(error)
+        or _lost_job_service(error)
     )
     if message:
         print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
@@ -376,6 +377,24 @@ def _lost_worker(error: BaseException) -> str | None:
                 logging.getLogger("distributed.client").disabled = True
                 detail = text.splitlines()[0][:200]
                 return f"the runner lost its Dask scheduler ({detail})"
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _lost_job_service(error: BaseException) -> str | None:
+    """One line for a portable run whose job service went away (or stopped answering), else
+    None: Beam raises the gRPC error of its connection to the job service as it is."""
+    import grpc
+
+    lost = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    while error is not None:
+        if isinstance(error, grpc.FutureTimeoutError):  # gone before the job was submitted
+            return "the runner lost its job service (it no longer answers)"
+        if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
+            code = error.code()
+            if code in lost:
+                details = (error.details() or "").strip().splitlines() or [""]
+                return f"the runner lost its job service ({code.name}: {details[0][:200]})"
         error = error.__cause__ or error.__context__
     return None
 

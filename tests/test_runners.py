@@ -386,6 +386,57 @@ def test_portable_runner_with_job_service_and_worker_pool(
     assert_same_plain_dataset(plain, plain_reference)
 
 
+def test_a_job_service_that_dies_mid_run_is_one_line_and_the_previous_dataset_stays(
+    table, reference, tmp_path, servers
+):
+    """The job service killed once it runs the job: Beam raised the gRPC error of its state
+    stream (UNAVAILABLE), which the launcher printed as a 20-line traceback."""
+    import shutil
+
+    job_port, pool_port = free_port(), free_port()
+    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
+    job_service = servers(
+        "job-service",
+        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
+        + ["--port", str(job_port)],
+    )
+    worker_pool = servers(
+        "worker-pool",
+        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
+        + ["--service_port", str(pool_port)],
+    )
+    job_service.wait_for_port(job_port)
+    worker_pool.wait_for_port(pool_port)
+    out = tmp_path / "out"
+    shutil.copytree(reference, out)
+    before = _files(out)
+    portable = ["--runner", "portable", "--job_endpoint", f"127.0.0.1:{job_port}"]
+    portable += ["--worker_pool", f"127.0.0.1:{pool_port}", "--overwrite", "--check-pixels"]
+    with open(tmp_path / "stderr", "wb") as stderr:
+        launcher = subprocess.Popen(
+            [RECORDFORGE, *_convert_args(table, out), *portable],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        deadline = time.monotonic() + 120
+        while "Running job" not in job_service.log.read_text(errors="replace"):
+            assert launcher.poll() is None and time.monotonic() < deadline, job_service.tail()
+            time.sleep(0.05)
+        os.killpg(job_service.process.pid, signal.SIGKILL)
+        launcher.wait(timeout=120)
+    message = (tmp_path / "stderr").read_text()
+    assert launcher.returncode == 1, message
+    assert "Traceback" not in message, message
+    assert (
+        message.strip()
+        .splitlines()[-1]
+        .startswith("recordforge: failed: the runner lost its job service (")
+    ), message
+    assert f"{out} is as it was" in message
+    assert _files(out) == before
+
+
 def test_dask_runner_on_a_scheduler_and_two_workers(
     table, reference, plain_table, plain_reference, tmp_path, servers
 ):
