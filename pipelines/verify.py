@@ -24,6 +24,7 @@ from recordforge.pipelines.inspection.checks import (
     ShardVerifier,
     check_error_lines,
     check_file,
+    check_gzip_header,
     check_totals,
     check_unlisted,
 )
@@ -188,6 +189,9 @@ def _verify_shard(
                 if not missing:
                     report.files += 1
                     index_lines = stack.enter_context(open_file(dataset.path(shard.index)))
+            if dataset.manifest.compression == "gzip":
+                with open_file(dataset.path(shard.file)) as raw:
+                    findings.extend(check_gzip_header(shard.file, raw.read(4)))
             stream = stack.enter_context(dataset.open_shard(shard))
             findings.extend(verifier.findings(stream, index_lines, shard.index))
     except STORAGE_ERRORS as error:

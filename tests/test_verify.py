@@ -653,6 +653,25 @@ def test_a_corrupt_gzip_stream_is_a_finding(gz_dataset, damage):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize("bit", [5, 6, 7])
+def test_reserved_gzip_header_flags_are_a_finding(gz_dataset, bit):
+    """A bit flipped in the gzip header's reserved flags: Python's gzip reads the shard, zlib
+    (TensorFlow's reader) refuses it, and verify said OK."""
+    import tensorflow as tf
+
+    (shard,) = shards(gz_dataset)
+    path = gz_dataset / shard["file"]
+    flip(path, 3, 1 << bit)  # FLG
+    with pytest.raises(tf.errors.DataLossError):
+        list(tf.data.TFRecordDataset(str(path), compression_type="GZIP"))
+    result, report = verify(gz_dataset)
+    assert result.returncode == 1, result.stdout
+    assert brief(report) == [("gzip", shard["file"], None, None)]
+    assert report["findings"][0]["message"].startswith(
+        f"the gzip header sets reserved flag bits ({1 << bit:#04x})"
+    )
+
+
 def test_verify_works_without_tensorflow(converted):
     code = (
         "import sys\n"

@@ -458,6 +458,23 @@ def _parse_index_line(line: bytes) -> tuple[int, int] | None:
     return int(parts[0]), int(parts[1])
 
 
+# The FLG bits RFC 1952 reserves: "a compliant decompressor must give an error indication if
+# any reserved bit is non-zero", and zlib (TensorFlow's and Beam's gzip readers) does, whereas
+# Python's gzip module ignores them.
+_GZIP_RESERVED_FLAGS = 0xE0
+
+
+def check_gzip_header(relative: str, head: bytes) -> list[Finding]:
+    """The first bytes of a gzip shard: what zlib refuses there that Python's gzip reads."""
+    if len(head) < 4 or head[:2] != b"\x1f\x8b" or not head[3] & _GZIP_RESERVED_FLAGS:
+        return []  # no gzip header at all is the stream's own finding
+    message = (
+        f"the gzip header sets reserved flag bits ({head[3] & _GZIP_RESERVED_FLAGS:#04x}), "
+        "which zlib refuses: TensorFlow cannot read the shard"
+    )
+    return [Finding("gzip", relative, None, None, message)]
+
+
 def check_file(relative: str, listed_size: int | None, actual_size: int | None) -> list[Finding]:
     """A listed file: it must exist and, when the manifest gives its size, have that size."""
     if actual_size is None:
