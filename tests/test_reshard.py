@@ -395,3 +395,29 @@ def test_a_stopped_reshard_keeps_nothing_and_does_not_offer_resume(tmp_path):
     with pytest.raises(ValueError, match="a reshard cannot be continued"):
         recordforge.reshard(str(tmp_path / "in"), str(out), overwrite=True, resume=True)
     assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_an_empty_examplegen_split_is_kept_with_no_records(tmp_path):
+    """Split-eval holding files of no records: the manifest left the split out (load(out,
+    "eval") failed, unknown split) where an empty hashed split is listed with 0 records; and
+    the summary printed the kept splits as a Python list ("['eval', 'train']")."""
+    artifact = tmp_path / "CsvExampleGen" / "examples" / "3"
+    records = examples(40, 3)
+    write_tfrecords(artifact / "Split-train" / "data_tfrecord-00000-of-00001.gz", records, "GZIP")
+    write_tfrecords(artifact / "Split-eval" / "data_tfrecord-00000-of-00001.gz", [], "GZIP")
+    out = tmp_path / "out"
+    done = run_cli("reshard", artifact, "--output", out)
+    assert done.returncode == 0, done.stderr
+    assert "splits kept from the inputs: eval, train" in done.stdout
+    assert "['" not in done.stdout
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert list(info["splits"]) == ["eval", "train"]
+    assert info["splits"]["eval"] == {
+        "num_records": 0,
+        "num_bytes": 0,
+        "num_shards": 0,
+        "shards": [],
+    }
+    assert collections.Counter(output_records(out)["train"]) == collections.Counter(records)
+    assert list(recordforge.load(out, "eval")) == []
+    assert run_cli("verify", out).returncode == 0
