@@ -440,7 +440,10 @@ def _print_summary(
         f"{written * per_second / 1e6:,.1f} MB/s written; ran {how}"
     )
     if source.get("splits"):  # the splits the inputs named: folders, names, SOURCE=SPLIT
-        print(f"  {source['splits']}")
+        named = source["splits"]
+        if isinstance(named, list):  # reshard's: the splits of the input files
+            named = "splits kept from the inputs: " + ", ".join(named)
+        print(f"  {named}")
     print(f"  {'split':<14}{'records':>12}{'shards':>8}{'bytes':>14}")
     for name, split in manifest["splits"].items():
         print(

@@ -189,7 +189,9 @@ def build_reshard_config(
     if hashed is not None:
         splits, configured, split_from = hashed, tuple(name for name, _ in hashed), "hash"
     elif kept:
-        splits, configured, split_from = (("train", 1.0),), (), "input"
+        # Listed even when they hold no records (an empty Split-eval is kept, as an empty
+        # hashed split is).
+        splits, configured, split_from = (("train", 1.0),), tuple(kept), "input"
     else:
         splits, configured, split_from = (("train", 1.0),), ("train",), "hash"
     types = load_feature_schema(args.schema) if args.schema else {}

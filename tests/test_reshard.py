@@ -444,3 +444,29 @@ def test_a_feature_with_no_list_set_gets_a_spec_tensorflow_parses(tmp_path):
     checked = run_cli("verify", out)
     assert checked.returncode == 1, checked.stdout
     assert "missing_feature: feature 'e' has no list set" in checked.stdout
+
+
+def test_an_empty_examplegen_split_is_kept_with_no_records(tmp_path):
+    """Split-eval holding files of no records: the manifest left the split out (load(out,
+    "eval") failed, unknown split) where an empty hashed split is listed with 0 records; and
+    the summary printed the kept splits as a Python list ("['eval', 'train']")."""
+    artifact = tmp_path / "CsvExampleGen" / "examples" / "3"
+    records = examples(40, 3)
+    write_tfrecords(artifact / "Split-train" / "data_tfrecord-00000-of-00001.gz", records, "GZIP")
+    write_tfrecords(artifact / "Split-eval" / "data_tfrecord-00000-of-00001.gz", [], "GZIP")
+    out = tmp_path / "out"
+    done = run_cli("reshard", artifact, "--output", out)
+    assert done.returncode == 0, done.stderr
+    assert "splits kept from the inputs: eval, train" in done.stdout
+    assert "['" not in done.stdout
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert list(info["splits"]) == ["eval", "train"]
+    assert info["splits"]["eval"] == {
+        "num_records": 0,
+        "num_bytes": 0,
+        "num_shards": 0,
+        "shards": [],
+    }
+    assert collections.Counter(output_records(out)["train"]) == collections.Counter(records)
+    assert list(recordforge.load(out, "eval")) == []
+    assert run_cli("verify", out).returncode == 0
