@@ -6,6 +6,7 @@ The checks are in pipelines/inspection/checks.py; here the folder is listed, the
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -25,6 +26,7 @@ from recordforge.pipelines.inspection.checks import (
     check_error_lines,
     check_file,
     check_gzip_header,
+    check_label_counts,
     check_totals,
     check_unlisted,
 )
@@ -33,7 +35,9 @@ from recordforge.schemas.manifest import ShardInfo
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
+from recordforge.transforms.core.planning.labels import named_counts
 from recordforge.transforms.core.planning.sharding import human_size
+from recordforge.transforms.core.reports.summary import label_key
 from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
@@ -132,9 +136,25 @@ def verify_dataset(
     files = _list_folder(dataset.folder)
     checker = ExampleChecker(manifest.features)
     max_pixels = int(manifest.options.get("max_image_pixels") or DEFAULT_MAX_PIXELS)
-    for split in manifest.splits.values():
-        for shard in split.shards:
-            _verify_shard(dataset, shard, files, checker, report, deep, max_pixels)
+    key = label_key(manifest.features)
+    for name, split in manifest.splits.items():
+        counting = key if split.label_counts is not None else None
+        before = report.findings.errors
+        verifiers = [
+            _verify_shard(dataset, shard, files, checker, report, deep, max_pixels, counting)
+            for shard in split.shards
+        ]
+        # Compared only when the split's shards are otherwise sound: a record that could not
+        # be read or parsed is reported already, and would only make the counts differ too.
+        sound = report.findings.errors == before
+        if counting is not None and sound and all(v is not None and v.complete for v in verifiers):
+            ids: collections.Counter[int] = collections.Counter()
+            for verifier in verifiers:
+                ids.update(verifier.label_ids)
+            held = named_counts(ids, manifest.labels or ())
+            report.findings.extend(
+                check_label_counts(name, split.label_counts, held, dataset.manifest_file)
+            )
 
     error_lines, all_there = 0, True
     for relative in manifest.errors.files:
@@ -165,13 +185,15 @@ def _verify_shard(
     report: VerifyReport,
     deep: bool,
     max_pixels: int,
-) -> None:
+    label_key: str | None = None,
+) -> ShardVerifier | None:
+    """Check one shard (and its index); returns its verifier, None when the file is missing."""
     findings = report.findings
     before = findings.errors + findings.warnings
     size = files.get(shard.file)
     findings.extend(check_file(shard.file, shard.num_bytes, size))
     if size is None:
-        return
+        return None
     started = time.monotonic()
     verifier = ShardVerifier(
         shard,
@@ -179,6 +201,7 @@ def _verify_shard(
         compressed=dataset.manifest.compression == "gzip",
         deep=deep,
         max_pixels=max_pixels,
+        label_key=label_key,
     )
     try:
         with contextlib.ExitStack() as stack:
@@ -208,6 +231,7 @@ def _verify_shard(
         time.monotonic() - started,
         f", {problems:,} problem{'s' if problems != 1 else ''}" if problems else "",
     )
+    return verifier
 
 
 def _read_json(path: str) -> dict:

@@ -344,6 +344,28 @@ def test_manifest_counts(dataset, edit, expected, message):
     assert report["findings"][0]["message"] == message.format(**names)
 
 
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda info: info["splits"]["train"]["label_counts"].update(class0=99),
+        lambda info: info["splits"]["train"]["label_counts"].pop("class1"),
+        lambda info: info["labels"].__setitem__(0, "renamed"),
+    ],
+    ids=["count", "class removed", "class renamed"],
+)
+def test_label_counts_that_differ_from_the_records(dataset, edit):
+    """The manifest's label_counts (what inspect shows, and counts read without scanning) were
+    not checked: any edit of them passed."""
+    info = manifest(dataset)
+    assert info["splits"]["train"]["label_counts"] and len(set(info["labels"])) > 1
+    edit(info)
+    (dataset / "dataset_info.json").write_text(json.dumps(info, indent=2))
+    result, report = verify(dataset)
+    assert result.returncode == 1, result.stdout
+    assert brief(report) == [("label_counts", "dataset_info.json", None, None)]
+    assert report["findings"][0]["message"].startswith("split 'train': label_counts say ")
+
+
 def _example(**features):
     import tensorflow as tf
 
@@ -493,6 +515,8 @@ def test_deep_refuses_images_tensorflow_refuses_though_pillow_decodes_them(datas
         example = tf.train.Example()
         example.CopyFrom(parsed[index])
         example.features.feature["image/encoded"].bytes_list.value[0] = data
+        for key in ("image/class/label", "image/class/text"):  # label_counts stay true
+            example.features.feature[key].CopyFrom(parsed[position].features.feature[key])
         payloads[position] = example.SerializeToString()
     write_shard(path, payloads)
     fix_sizes(dataset)

@@ -64,6 +64,7 @@ CHECKS: dict[str, str] = {
     "image_facts": "(--deep) the decoded image disagrees with its size, format or channel features",
     "index": "a shard's index file disagrees with the records read",
     "record_count": "a shard holds another number of records than the manifest lists",
+    "label_counts": "a split's label_counts differ from the labels its records hold",
     "split_totals": "a split's num_records, num_bytes or num_shards is not the sum of its shards",
     "dataset_totals": "num_records, num_inputs or errors.count do not add up",
     "stray_file": "a file named like one of the dataset's shards (or indexes) is not listed",
@@ -257,8 +258,11 @@ class ShardVerifier:
         compressed: bool = False,
         deep: bool = False,
         max_pixels: int = DEFAULT_MAX_PIXELS,
+        label_key: str | None = None,
     ) -> None:
         self.shard = shard
+        self.label_key = label_key
+        self.label_ids: collections.Counter[int] = collections.Counter()  # id -> records
         self.checker = checker
         self.compressed = compressed
         self.deep = deep
@@ -311,6 +315,10 @@ class ShardVerifier:
                 continue
             for check, message in self.checker.problems(example):
                 yield Finding(check, file, record, offset, message)
+            if self.label_key is not None:
+                label = _single_value(example.features.feature, self.label_key)
+                if isinstance(label, int):
+                    self.label_ids[label] += 1
             if self.deep:
                 for check, message in self._image_problems(example):
                     yield Finding(check, file, record, offset, message)
@@ -530,6 +538,23 @@ def check_totals(raw: Mapping, manifest: Manifest, manifest_file: str) -> list[F
             f"{manifest.num_records:,} + {manifest.errors.count:,}",
         )
     return found
+
+
+def check_label_counts(
+    split: str, stated: Mapping[str, int], held: Mapping[str, int], manifest_file: str
+) -> list[Finding]:
+    """A split's label_counts against the counts of the labels its records hold."""
+    if dict(stated) == dict(held):
+        return []
+    differ = [
+        f"{name!r}: {stated[name]:,}" if name in stated else f"no {name!r}"
+        for name in [*stated, *(name for name in held if name not in stated)]
+        if stated.get(name, 0) != held.get(name, 0) or (name in stated) != (name in held)
+    ]
+    shown = "; ".join(differ[:5]) + ("; ..." if len(differ) > 5 else "")
+    held_shown = ", ".join(f"{name!r}: {count:,}" for name, count in held.items())
+    message = f"split {split!r}: label_counts say {shown}; the records hold {held_shown}"
+    return [Finding("label_counts", manifest_file, None, None, message)]
 
 
 def check_error_lines(manifest: Manifest, manifest_file: str, lines: int) -> list[Finding]:
