@@ -571,33 +571,23 @@ def _writing_process(candidates: dict[int, list[int]], out: pathlib.Path) -> int
     return None
 
 
-def _dask_cluster(start_server, tmp_path, env=None) -> tuple[int, list]:
-    """A scheduler and two one-thread workers on 127.0.0.1, as in tests/test_runners.py: the
-    scheduler's port, and the servers (the scheduler's first)."""
-    from distributed import Client
-    from test_runners import DASK, free_port, server_env
+def _dask_run_writing_a_shard(servers, tmp_path, photos, old, env=None):  # noqa: F811
+    """A run over `old` on a scheduler and two workers (tests/test_runners.py), caught while a
+    worker writes a shard once a first shard is staged: (the run's process, its output folder,
+    the writing worker's process group: `dask worker`, the nanny, and the worker it started)."""
+    from test_runners import dask_cluster
 
-    if not pathlib.Path(DASK).exists():
-        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
-    port = free_port()
-    local = ("--dashboard-address", "127.0.0.1:0")
-    scheduler = start_server(
-        "dask-scheduler",
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local],
-        env=env or server_env(),
-    )
-    scheduler.wait_for_port(port)
-    workers = [
-        start_server(
-            f"dask-worker-{i}",
-            [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
-            + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
-        )
-        for i in range(2)
-    ]
-    with Client(f"127.0.0.1:{port}", timeout=60) as client:
-        client.wait_for_workers(2, timeout=90)
-    return port, [scheduler, *workers]
+    port, (_, *workers) = dask_cluster(servers, tmp_path, env)
+    groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
+    out = tmp_path / "run" / "out"
+    _place(old, out)
+    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
+    assert _wait_for_parts(process, out, 1), process.communicate()[1]
+    writing = None
+    while writing is None and process.poll() is None:
+        writing = _writing_process(groups, out)
+    assert writing is not None, "the run ended before a worker was seen writing a shard"
+    return process, out, writing
 
 
 def _working_files(out: pathlib.Path) -> set[str]:
@@ -620,16 +610,7 @@ def test_a_stopped_dask_run_waits_for_its_running_tasks_before_it_cleans_up(
     nothing may appear in the working folder once it has exited.
     Shown to catch: a launcher that exits while its task still runs (part files appeared after
     its exit)."""
-    port, (_, *workers) = _dask_cluster(servers, tmp_path)
-    groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
-    out = tmp_path / "run" / "out"
-    _place(old, out)
-    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
-    assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    writing = None
-    while writing is None and process.poll() is None:
-        writing = _writing_process(groups, out)
-    assert writing is not None, "the run ended before a worker was seen writing a shard"
+    process, out, writing = _dask_run_writing_a_shard(servers, tmp_path, photos, old)
     os.killpg(writing, signal.SIGSTOP)
     try:
         process.send_signal(signal.SIGTERM)
@@ -662,7 +643,9 @@ def test_a_dask_run_whose_scheduler_is_lost_fails_in_one_line_and_keeps_the_data
     """The scheduler killed once the run has staged a shard: one line saying so, exit 1, the
     previous dataset as it was, and a rerun completes. Shown to catch: the lost scheduler
     reported as a traceback, followed by the dask client's own reconnection errors."""
-    port, (scheduler, *_) = _dask_cluster(servers, tmp_path)
+    from test_runners import dask_cluster
+
+    port, (scheduler, *_) = dask_cluster(servers, tmp_path)
     out = tmp_path / "run" / "out"
     _place(old, out)
     process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
@@ -704,17 +687,7 @@ def test_a_dask_worker_killed_while_writing_a_shard_leaves_old_or_new_and_resume
     env = server_env()
     if gives_up:  # a task whose worker dies while it runs it is not run again
         env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] = "0"
-    port, (_, *workers) = _dask_cluster(servers, tmp_path, env)
-    # Each worker's group: `dask worker` (the nanny) and the worker process it started.
-    groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
-    out = tmp_path / "run" / "out"
-    _place(old, out)
-    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
-    assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    writing = None
-    while writing is None and process.poll() is None:
-        writing = _writing_process(groups, out)
-    assert writing is not None, "the run ended before a worker was seen writing a shard"
+    process, out, writing = _dask_run_writing_a_shard(servers, tmp_path, photos, old, env)
     os.killpg(writing, signal.SIGKILL)
     _, stderr = process.communicate(timeout=600)
     state = check_invariant(out, old, new)

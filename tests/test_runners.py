@@ -437,27 +437,41 @@ def test_a_job_service_that_dies_mid_run_is_one_line_and_the_previous_dataset_st
     assert _files(out) == before
 
 
-def test_dask_runner_on_a_scheduler_and_two_workers(
-    table, reference, plain_table, plain_reference, tmp_path, servers
-):
-    if not pathlib.Path(DASK).exists():
-        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
+def dask_cluster(start_server, tmp_path, env=None) -> tuple[int, list]:
+    """A scheduler and two one-thread workers on 127.0.0.1, started with `start_server` (the
+    `servers` fixture, which stops them): the scheduler's port, and the servers (the
+    scheduler's first). `env`: the scheduler's environment."""
     from distributed import Client
 
+    if not pathlib.Path(DASK).exists():
+        pytest.fail(f"{DASK} is missing: install the test tools with pip install -e '.[test]'")
     port = free_port()
     local = ("--dashboard-address", "127.0.0.1:0")  # the dashboard binds every interface else
-    scheduler = servers(
-        "dask-scheduler", [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local]
+    scheduler = start_server(
+        "dask-scheduler",
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port), *local],
+        env=env,
     )
     scheduler.wait_for_port(port)
     workers = [
-        servers(
+        start_server(
             f"dask-worker-{i}",
             [DASK, "worker", f"127.0.0.1:{port}", "--host", "127.0.0.1", "--nthreads", "1"]
             + [*local, "--local-directory", str(tmp_path / f"worker-{i}")],
         )
         for i in range(2)
     ]
+    with Client(f"127.0.0.1:{port}", timeout=60) as client:
+        client.wait_for_workers(2, timeout=90)
+    return port, [scheduler, *workers]
+
+
+def test_dask_runner_on_a_scheduler_and_two_workers(
+    table, reference, plain_table, plain_reference, tmp_path, servers
+):
+    from distributed import Client
+
+    port, cluster = dask_cluster(servers, tmp_path)
     out = tmp_path / "out"
     dask = ["--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}"]
     with Client(f"127.0.0.1:{port}", timeout=60) as client:
@@ -465,16 +479,14 @@ def test_dask_runner_on_a_scheduler_and_two_workers(
         addresses = set(client.scheduler_info()["workers"])
         client.get_task_stream()  # starts the scheduler's record of which worker ran what
         started = time.time()
-        _, watch = run_watched([*_convert_args(table, out), *dask], [scheduler, *workers], tmp_path)
+        _, watch = run_watched([*_convert_args(table, out), *dask], cluster, tmp_path)
         tasks = client.get_task_stream(start=started)
         # A table without images: spilled, placed by reference and written on the workers;
         # then read in ranges, spread over both workers.
         plain = tmp_path / "plain"
-        run_watched([*_plain_args(plain_table, plain), *dask], [scheduler, *workers], tmp_path)
+        run_watched([*_plain_args(plain_table, plain), *dask], cluster, tmp_path)
         ranged = tmp_path / "ranged"
-        run_watched(
-            [*_plain_args(plain_table, ranged), *dask], [scheduler, *workers], tmp_path, IN_RANGES
-        )
+        run_watched([*_plain_args(plain_table, ranged), *dask], cluster, tmp_path, IN_RANGES)
     assert_same_plain_dataset(plain, plain_reference)
     assert_same_plain_dataset(ranged, plain_reference)
     assert_same_dataset(out, reference)
