@@ -44,6 +44,7 @@ from recordforge.transforms.core.reports.summary import plural, printable
 from recordforge.transforms.internals import (
     LOST_SCHEDULER_TEXTS,
     LOST_WORKER_TEXTS,
+    lost_job_service_detail,
     subcommand_parser,
 )
 from recordforge.transforms.staging import JOURNAL, commit_in_place, interrupted_commit
@@ -383,18 +384,11 @@ def _lost_worker(error: BaseException) -> str | None:
 
 def _lost_job_service(error: BaseException) -> str | None:
     """One line for a portable run whose job service went away (or stopped answering), else
-    None: Beam raises the gRPC error of its connection to the job service as it is."""
-    import grpc
-
-    lost = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+    None."""
     while error is not None:
-        if isinstance(error, grpc.FutureTimeoutError):  # gone before the job was submitted
-            return "the runner lost its job service (it no longer answers)"
-        if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
-            code = error.code()
-            if code in lost:
-                details = (error.details() or "").strip().splitlines() or [""]
-                return f"the runner lost its job service ({code.name}: {details[0][:200]})"
+        detail = lost_job_service_detail(error)
+        if detail is not None:
+            return f"the runner lost its job service ({detail})"
         error = error.__cause__ or error.__context__
     return None
 

@@ -777,6 +777,21 @@ LOST_SCHEDULER_TEXTS = ("scheduler-connection-lost",)
 _STEP_SUFFIX = " [while running"
 
 
+def lost_job_service_detail(error: BaseException) -> str | None:
+    """What a portable runner's job service that went away (or stopped answering) left in this
+    one exception, else None: Beam raises the gRPC error of its connection as it is."""
+    import grpc
+
+    if isinstance(error, grpc.FutureTimeoutError):  # gone before the job was submitted
+        return "it no longer answers"
+    if isinstance(error, grpc.RpcError) and callable(getattr(error, "code", None)):
+        code = error.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            details = (error.details() or "").strip().splitlines() or [""]
+            return f"{code.name}: {details[0][:200]}"
+    return None
+
+
 def without_step_suffix(message: str) -> str:
     """An exception's message without the step Beam's DoFn runner appended to it."""
     return message.split(_STEP_SUFFIX)[0]
