@@ -24,7 +24,13 @@ import termios
 
 import pytest
 from conftest import RECORDFORGE, run_cli
-from test_runners import DASK, PYTHON, free_port, server_env, servers  # noqa: F401  (a fixture)
+from test_runners import (  # noqa: F401  (servers: a fixture)
+    DASK,
+    free_port,
+    portable_services,
+    server_env,
+    servers,
+)
 
 import recordforge
 from recordforge.pipelines.progress import INTERVAL_VARIABLE, StatusLines
@@ -296,21 +302,7 @@ def test_portable_job_service_progress_live_and_final(many_images, tmp_path, ser
     """Beam's job service, started through recordforge.pipelines.loopback, reports a running
     job's figures; the SDK workers of the pool are slowed."""
     env = _slowed_env(tmp_path)
-    job_port, pool_port = free_port(), free_port()
-    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
-    job_service = servers(
-        "job-service",
-        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
-        + ["--port", str(job_port)],
-    )
-    worker_pool = servers(
-        "worker-pool",
-        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
-        + ["--service_port", str(pool_port)],
-        env,
-    )
-    job_service.wait_for_port(job_port)
-    worker_pool.wait_for_port(pool_port)
+    job_port, pool_port, _ = portable_services(servers, env)
     out = tmp_path / "out"
     result = subprocess.run(
         [RECORDFORGE, "convert", many_images, "--num-shards", "8", "--output", out]

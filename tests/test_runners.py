@@ -350,22 +350,32 @@ def test_multi_process_fn_api_runner_reads_one_csv_in_ranges(
     assert_same_plain_dataset(out, plain_reference)
 
 
-def test_portable_runner_with_job_service_and_worker_pool(
-    table, reference, plain_table, plain_reference, tmp_path, servers
-):
+def portable_services(start_server, pool_env=None) -> tuple[int, int, list]:
+    """Beam's job service and an SDK worker pool on 127.0.0.1, started through
+    recordforge.pipelines.loopback with `start_server` (the `servers` fixture, which stops them):
+    their ports, and the servers (the job service's first). `pool_env`: the pool's environment."""
     job_port, pool_port = free_port(), free_port()
-    job_service = servers(
+    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
+    job_service = start_server(
         "job-service",
-        [PYTHON, "-m", "recordforge.pipelines.loopback"]
-        + ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
+        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
+        + ["--port", str(job_port)],
     )
-    worker_pool = servers(
+    worker_pool = start_server(
         "worker-pool",
-        [PYTHON, "-m", "recordforge.pipelines.loopback"]
-        + ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
+        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
+        + ["--service_port", str(pool_port)],
+        pool_env,
     )
     job_service.wait_for_port(job_port)
     worker_pool.wait_for_port(pool_port)
+    return job_port, pool_port, [job_service, worker_pool]
+
+
+def test_portable_runner_with_job_service_and_worker_pool(
+    table, reference, plain_table, plain_reference, tmp_path, servers
+):
+    job_port, pool_port, (job_service, worker_pool) = portable_services(servers)
     pool_before = {p.pid for p in psutil.Process(worker_pool.process.pid).children(recursive=True)}
     out = tmp_path / "out"
     portable = ["--runner", "portable", "--job_endpoint", f"127.0.0.1:{job_port}"]
@@ -393,20 +403,7 @@ def test_a_job_service_that_dies_mid_run_is_one_line_and_the_previous_dataset_st
     stream (UNAVAILABLE), which the launcher printed as a 20-line traceback."""
     import shutil
 
-    job_port, pool_port = free_port(), free_port()
-    loopback = [PYTHON, "-m", "recordforge.pipelines.loopback"]
-    job_service = servers(
-        "job-service",
-        [*loopback, "apache_beam.runners.portability.local_job_service_main"]
-        + ["--port", str(job_port)],
-    )
-    worker_pool = servers(
-        "worker-pool",
-        [*loopback, "apache_beam.runners.worker.worker_pool_main"]
-        + ["--service_port", str(pool_port)],
-    )
-    job_service.wait_for_port(job_port)
-    worker_pool.wait_for_port(pool_port)
+    job_port, pool_port, (job_service, worker_pool) = portable_services(servers)
     out = tmp_path / "out"
     shutil.copytree(reference, out)
     before = _files(out)

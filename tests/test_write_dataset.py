@@ -19,7 +19,11 @@ import apache_beam as beam
 import pyarrow as pa
 import pytest
 from conftest import read_dataset, read_errors, run_cli
-from test_runners import PYTHON, free_port, server_env, servers  # noqa: F401  (a fixture)
+from test_runners import (  # noqa: F401  (servers: a fixture)
+    portable_services,
+    server_env,
+    servers,
+)
 from write_dataset_pipeline import NUM_ELEMENTS, keep, make_record
 
 import recordforge
@@ -115,19 +119,7 @@ def test_write_dataset_in_a_users_pipeline_on_every_runner(tmp_path, servers):  
     )
     assert_same_output(processes, reference)
 
-    job_port, pool_port = free_port(), free_port()
-    job_service = servers(
-        "job-service",
-        [PYTHON, "-m", "recordforge.pipelines.loopback"]
-        + ["apache_beam.runners.portability.local_job_service_main", "--port", str(job_port)],
-    )
-    worker_pool = servers(
-        "worker-pool",
-        [PYTHON, "-m", "recordforge.pipelines.loopback"]
-        + ["apache_beam.runners.worker.worker_pool_main", "--service_port", str(pool_port)],
-    )
-    job_service.wait_for_port(job_port)
-    worker_pool.wait_for_port(pool_port)
+    job_port, pool_port, _ = portable_services(servers)
     portable = tmp_path / "portable"
     run_script(
         portable,
