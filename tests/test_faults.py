@@ -580,14 +580,23 @@ def _dask_run_writing_a_shard(servers, tmp_path, photos, old, env=None):  # noqa
     port, (_, *workers) = dask_cluster(servers, tmp_path, env)
     groups = {w.process.pid: [w.process.pid, *_descendants(w.process.pid)] for w in workers}
     out = tmp_path / "run" / "out"
-    _place(old, out)
-    process = _start(photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}")
-    assert _wait_for_parts(process, out, 1), process.communicate()[1]
-    writing = None
-    while writing is None and process.poll() is None:
-        writing = _writing_process(groups, out)
-    assert writing is not None, "the run ended before a worker was seen writing a shard"
-    return process, out, writing
+    # A shard is open only while it is written: on a loaded machine the scan of the workers'
+    # files can miss every one, so a run not caught writing is not the test's case; it is
+    # started again over the old dataset.
+    for _ in range(3):
+        shutil.rmtree(out.parent, ignore_errors=True)
+        _place(old, out)
+        process = _start(
+            photos, out, "--runner", "dask", "--dask_client_address", f"127.0.0.1:{port}"
+        )
+        assert _wait_for_parts(process, out, 1), process.communicate()[1]
+        writing = None
+        while writing is None and process.poll() is None:
+            writing = _writing_process(groups, out)
+        if writing is not None:
+            return process, out, writing
+        process.communicate()
+    raise AssertionError("three runs ended before a worker was seen writing a shard")
 
 
 def _working_files(out: pathlib.Path) -> set[str]:
