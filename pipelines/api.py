@@ -50,6 +50,7 @@ from recordforge.transforms.core.errors import (
     InputIncomplete,
     ListingFailed,
     OutOfSpace,
+    OutputTaken,
     ResumeRefused,
     RunFailed,
     UsageError,
@@ -98,7 +99,7 @@ def convert(
     Raises:
         UsageError: a bad option, source or output; nothing was written.
         RunFailed: the run refused to finish (ErrorRateExceeded, InputChanged,
-            InputIncomplete, ListingFailed); the output holds no new dataset.
+            InputIncomplete, ListingFailed, OutputTaken); the output holds no new dataset.
             MixedFeatureTypes (a ValueError) likewise, when records' feature types disagree.
     """
     _check_keywords("convert", options)
@@ -331,6 +332,7 @@ def prepare_conversion(
         run_key=output_folder.run_key(recorded),
         resume=prepared.resuming is not None,
         detached=detached,
+        overwrite=args.overwrite,
         **csv_ranges,
     )
     if config.split_note:
@@ -347,7 +349,14 @@ def prepare_conversion(
 
 # Runs the pipeline itself refuses: too many bad inputs, an input that changed during the run,
 # an input not read to its end, records whose feature types disagree.
-REFUSALS = (ErrorRateExceeded, InputChanged, InputIncomplete, ListingFailed, MixedFeatureTypes)
+REFUSALS = (
+    ErrorRateExceeded,
+    InputChanged,
+    InputIncomplete,
+    ListingFailed,
+    MixedFeatureTypes,
+    OutputTaken,
+)
 # What a caller catches for a refused run (MixedFeatureTypes comes from the pure schemas layer,
 # which cannot import RunFailed; it is a ValueError).
 REFUSED = (RunFailed, MixedFeatureTypes)
@@ -428,39 +437,9 @@ def command_arguments(command: str, sources: Sequence[str], options: Mapping) ->
     for key, value in options.items():
         if key not in actions:
             raise UsageError(f"{command}() has no option {key!r}")
-        argv += _option_flags(actions[key], key, value)
+        argv += cli_options.keyword_flags(actions[key], key, value)
     args = command_parser(command).parse_args([*argv, "--", *sources])
-    for key, value in options.items():
-        if _is_sequence(value) and not isinstance(getattr(args, key), list):
-            raise UsageError(f"{key} takes one value, not a list")
-    return args
-
-
-def _option_flags(action: argparse.Action, key: str, value) -> list[str]:
-    option = max(action.option_strings, key=len)
-    if value is None:
-        return []
-    if action.nargs == 0:  # a switch: --overwrite
-        if not isinstance(value, bool):
-            raise UsageError(f"{key} is True or False, got {value!r}")
-        return [option] if value else []
-    if isinstance(value, bool):
-        raise UsageError(f"{key} takes a value, not {value!r}")
-    if key == "splits" and isinstance(value, Mapping):
-        value = ",".join(f"{name}={fraction!r}" for name, fraction in value.items())
-    if _is_sequence(value):
-        return [f"{option}={_text(item)}" for item in value]
-    return [f"{option}={_text(value)}"]
-
-
-def _is_sequence(value) -> bool:
-    return isinstance(value, list | tuple)
-
-
-def _text(value) -> str:
-    if isinstance(value, str | bytes | os.PathLike):
-        return os.fsdecode(value)
-    return str(value)
+    return cli_options.checked_lists(args, options)
 
 
 def beam_flags(beam_args: BeamArgs) -> list[str]:

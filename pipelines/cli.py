@@ -103,18 +103,9 @@ def main(
         return EXIT_OK
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse's parser, whose mistakes are UsageErrors (one line on stderr, the usage is in
-    --help), as every other usage error is, and never an exit from a library call;
-    subcommands get the same class."""
-
-    def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
 def _parser() -> argparse.ArgumentParser:
     # No abbreviations: a misspelt option must not silently match one of ours (--num-host).
-    parser = _OneLineParser(
+    parser = cli_options.OneLineParser(
         prog="recordforge",
         allow_abbrev=False,
         description="Convert image folders and CSV files into sharded TFRecord datasets. "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 
@@ -23,6 +24,7 @@ from recordforge.transforms.core.images.probe import DEFAULT_MAX_PIXELS
 from recordforge.transforms.core.planning.labels import LABEL_MODES, STRAY_FILE_MODES
 from recordforge.transforms.core.planning.sharding import MIB, ShardingConfig
 from recordforge.transforms.core.records import CsvRoles, Source
+from recordforge.transforms.internals import parser_actions
 
 
 def add_input_options(parser: argparse.ArgumentParser) -> None:
@@ -109,23 +111,75 @@ def add_input_options(parser: argparse.ArgumentParser) -> None:
     add_error_rate_option(parser)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse's parser, whose mistakes are UsageErrors (one line on stderr, the usage is in
+    --help), as every other usage error is, and never an exit from a library call;
+    subcommands get the same class."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)" if self.add_help else message)
+
+
 def set_keyword_options(
-    args: argparse.Namespace, options: Mapping, *, caller: str, not_options: Collection[str]
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str],
+    options: Mapping,
+    *,
+    caller: str,
+    not_options: Collection[str],
 ) -> argparse.Namespace:
-    """`args` (a parser's defaults) with keyword arguments set over them, for a Python call
-    (`reshard()`, `WriteDataset`); a `splits` mapping becomes its text form (`train=0.8,...`).
+    """`parser`'s reading of `argv` with keyword arguments as options over it, for a Python
+    call (`reshard()`, `WriteDataset`): each value goes through the option's own parsing, as
+    on the command line (a switch takes True or False only; a number its type's text).
 
     Raises:
-        UsageError: a keyword that is none of the options' names, or one of `not_options`.
+        UsageError: a keyword that is none of the options' names, or one of `not_options`;
+            a value the option does not take.
     """
+    actions = {a.dest: a for a in parser_actions(parser) if a.option_strings}
+    flags: list[str] = []
     for key, value in options.items():
-        if key in not_options or not hasattr(args, key):
-            known = ", ".join(sorted(k for k in vars(args) if k not in not_options))
+        if key in not_options or key not in actions:
+            known = ", ".join(sorted(k for k in actions if k not in not_options))
             raise UsageError(f"{caller} has no option {key!r} (its options: {known})")
-        if key == "splits" and isinstance(value, Mapping):
-            value = ",".join(f"{name}={fraction}" for name, fraction in value.items())
-        setattr(args, key, value)
+        flags += keyword_flags(actions[key], key, value)
+    return checked_lists(parser.parse_args([*argv, *flags]), options)
+
+
+def keyword_flags(action: argparse.Action, key: str, value) -> list[str]:
+    """The command-line flags that give option `action` the keyword argument's `value`."""
+    option = max(action.option_strings, key=len)
+    if value is None:
+        return []
+    if action.nargs == 0:  # a switch: --overwrite
+        if not isinstance(value, bool):
+            raise UsageError(f"{key} is True or False, got {value!r}")
+        return [option] if value else []
+    if isinstance(value, bool):
+        raise UsageError(f"{key} takes a value, not {value!r}")
+    if key == "splits" and isinstance(value, Mapping):
+        value = ",".join(f"{name}={fraction!r}" for name, fraction in value.items())
+    if _is_sequence(value):
+        return [f"{option}={_text(item)}" for item in value]
+    return [f"{option}={_text(value)}"]
+
+
+def checked_lists(args: argparse.Namespace, options: Mapping) -> argparse.Namespace:
+    """`args`, unless a keyword was given a list for an option that takes one value."""
+    for key, value in options.items():
+        if _is_sequence(value) and not isinstance(getattr(args, key), list):
+            raise UsageError(f"{key} takes one value, not a list")
     return args
+
+
+def _is_sequence(value) -> bool:
+    return isinstance(value, list | tuple)
+
+
+def _text(value) -> str:
+    if isinstance(value, str | bytes | os.PathLike):
+        return os.fsdecode(value)
+    return str(value)
 
 
 def add_preprocessing_options(parser: argparse.ArgumentParser) -> None:

@@ -123,8 +123,9 @@ def run_key(options: Mapping) -> str:
 
 
 def check_location(output: str, sources: Sequence[Source]) -> None:
-    """The output folder must not be a file, nor lie inside an image input (a folder or glob:
-    an image file given on its own is all its source reads, whatever lies beside it)."""
+    """The output folder must not lie inside an image input (a folder or glob: an image file
+    given on its own is all its source reads, whatever lies beside it); `prepare_output`
+    refuses a file."""
     for source in sources:
         if (
             source.kind == "images"
@@ -135,6 +136,10 @@ def check_location(output: str, sources: Sequence[Source]) -> None:
                 f"the output folder {output!r} is inside the input {source.given!r}; "
                 "its files would be read as inputs"
             )
+
+
+def _check_not_a_file(output: str) -> None:
+    # A file there would be replaced by the dataset's folder.
     if not has_scheme(output) and os.path.lexists(output) and not os.path.isdir(output):
         raise UsageError(f"the output {output!r} is a file, not a folder")
     if has_scheme(output) and output in list_files(output):
@@ -205,13 +210,14 @@ def prepare_output(
     """Choose the staging, take the lock, deal with leftovers and check the folder.
 
     Raises:
-        UsageError: the folder is locked by another run, holds files recordforge did not
-            write, holds a dataset without --overwrite, cannot be written, or `--resume` finds
-            staged work made with other options.
+        UsageError: the output is a file; the folder is locked by another run, holds files
+            recordforge did not write, holds a dataset without --overwrite, cannot be written,
+            or `--resume` finds staged work made with other options.
 
     A run that is not `resumable` (reshard, WriteDataset) keeps no staged work when it stops
     and does not point to `--resume` when it discards another run's.
     """
+    _check_not_a_file(output)
     staging = choose_staging(output)
     holder = LockHolder.this_process(run_id, detached=detached)
     try:

@@ -102,9 +102,12 @@ def reshard_arguments(inputs: list[str], output: str, options: Mapping) -> argpa
     """The command's arguments for a Python call: its defaults, overridden by `options`."""
     from recordforge.pipelines.cli import command_parser
 
-    args = command_parser("reshard").parse_args([*inputs, "--output", output])
     return cli_options.set_keyword_options(
-        args, options, caller="reshard()", not_options=_NOT_OPTIONS
+        command_parser("reshard"),
+        [*inputs, "--output", output],
+        options,
+        caller="reshard()",
+        not_options=_NOT_OPTIONS,
     )
 
 
@@ -140,7 +143,7 @@ def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):
         resume=False,
         resumable=False,
     )
-    config = dataclasses.replace(config, staging=prepared.staging)
+    config = dataclasses.replace(config, staging=prepared.staging, overwrite=args.overwrite)
     LOGGER.info(
         "resharding %d TFRecord files into %s (splits %s)",
         len(inputs),

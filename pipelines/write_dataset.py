@@ -78,15 +78,15 @@ class WriteDataset(beam.PTransform):
             resumable=False,
         )
         prepared.release()
-        config = dataclasses.replace(config, staging=prepared.staging)
+        config = dataclasses.replace(config, staging=prepared.staging, overwrite=self._overwrite)
         return records | "WriteExamples" >> WriteExamples(config, ParkElements(config))
 
 
-_NOT_OPTIONS = ("output", "help")
+_NOT_OPTIONS = ("output", "help", "resume")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser = cli_options.OneLineParser(prog="WriteDataset", add_help=False, allow_abbrev=False)
     cli_options.add_split_options(parser, column=False)
     cli_options.add_sharding_options(parser)
     cli_options.add_error_rate_option(parser)
@@ -96,9 +96,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _arguments(output: str, options: Mapping) -> argparse.Namespace:
-    args = _parser().parse_args(["--output", output])
     return cli_options.set_keyword_options(
-        args, options, caller="WriteDataset", not_options=_NOT_OPTIONS
+        _parser(), ["--output", output], options, caller="WriteDataset", not_options=_NOT_OPTIONS
     )
 
 

@@ -8,7 +8,9 @@
     ├── RunFailed: the run refused to finish and wrote no manifest
     │   ├── ErrorRateExceeded: more inputs failed than max_error_rate allows
     │   ├── InputChanged: an input changed while the run read it
-    │   └── InputIncomplete: an input could not be read to its end
+    │   ├── InputIncomplete: an input could not be read to its end
+    │   └── OutputTaken: a dataset appeared in the output folder during a run not told to
+    │                    overwrite one; it was left as it is
     └── VerifyFailed: `verify(..., check=True)` found problems (`.report` lists them)
 
     MixedFeatureTypes (a ValueError, from the pure schemas layer): the records' feature types
@@ -23,6 +25,7 @@ from recordforge.transforms.core.errors import (
     ErrorRateExceeded,
     InputChanged,
     InputIncomplete,
+    OutputTaken,
     RecordforgeError,
     RunFailed,
     UsageError,
@@ -35,6 +38,7 @@ __all__ = [
     "InputChanged",
     "InputIncomplete",
     "MixedFeatureTypes",
+    "OutputTaken",
     "RecordforgeError",
     "RunFailed",
     "UntestedBeamVersion",

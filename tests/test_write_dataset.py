@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -235,7 +236,7 @@ def test_mistakes_raise_value_errors_before_anything_runs(tmp_path):
         recordforge.WriteDataset(str(tmp_path / "a"), num_host=2)
     with pytest.raises(ValueError, match="--write-index needs uncompressed shards"):
         recordforge.WriteDataset(str(tmp_path / "a"), compression="gzip", write_index=True)
-    with pytest.raises(ValueError, match="--compression must be one of none, gzip"):
+    with pytest.raises(ValueError, match=r"--compression: invalid choice: 'zstd' \(choose from"):
         recordforge.WriteDataset(str(tmp_path / "a"), compression="zstd")
     with pytest.raises(ValueError, match="features: feature 'x': dtype 'text'"):
         recordforge.WriteDataset(str(tmp_path / "a"), features={"x": "text"})
@@ -246,6 +247,62 @@ def test_mistakes_raise_value_errors_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match="is not empty; use --overwrite"):
         _ = pipeline | beam.Create([b""]) | recordforge.WriteDataset(str(full))
     assert (full / "mine.txt").read_text() == "not a dataset"
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"overwrite": "no"}, "overwrite is True or False, got 'no'"),
+        ({"num_hosts": 2.5}, "invalid int value: '2.5'"),
+        ({"num_hosts": [2]}, "num_hosts takes one value, not a list"),
+        ({"max_error_rate": True}, "max_error_rate takes a value, not True"),
+        ({"resume": True}, "WriteDataset has no option 'resume'"),
+    ],
+)
+def test_option_values_are_checked_as_the_command_checks_them(tmp_path, options, refusal):
+    # They were set as given: "no" turned overwrite on (replacing the dataset), 2.5 hosts went
+    # into the manifest, resume was taken and ignored.
+    with pytest.raises(recordforge.errors.UsageError, match=re.escape(refusal)):
+        recordforge.WriteDataset(str(tmp_path / "a"), **options)
+
+
+def test_an_output_that_is_a_file_is_refused_and_the_file_kept(tmp_path):
+    # WriteDataset and reshard deleted the file and put the dataset's folder in its place.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's own file")
+    with pytest.raises(recordforge.errors.UsageError, match="is a file, not a folder"):
+        with beam.Pipeline() as pipeline:
+            _ = pipeline | beam.Create([{"x": 1}]) | recordforge.WriteDataset(str(notes))
+    dataset = tmp_path / "dataset"
+    with beam.Pipeline() as pipeline:
+        _ = pipeline | beam.Create([{"x": 1}]) | recordforge.WriteDataset(str(dataset))
+    with pytest.raises(recordforge.errors.UsageError, match="is a file, not a folder"):
+        recordforge.reshard(str(dataset), str(notes))
+    result = run_cli("reshard", str(dataset), "--output", str(notes))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().endswith("is a file, not a folder"), result.stderr
+    assert notes.read_text() == "the user's own file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dataset", "notes.txt"]
+
+
+def test_a_dataset_written_after_the_pipeline_was_built_is_not_replaced(tmp_path):
+    # The empty folder was checked when the transform was applied; the commit then replaced
+    # whatever recordforge dataset had been written there since, without overwrite.
+    out = tmp_path / "out"
+    pipeline = beam.Pipeline()
+    _ = pipeline | beam.Create([{"x": i} for i in range(5)]) | recordforge.WriteDataset(str(out))
+    with beam.Pipeline() as other:
+        _ = other | beam.Create([{"y": i} for i in range(7)]) | recordforge.WriteDataset(str(out))
+    written_meanwhile = files_of(out)
+    with pytest.raises(Exception, match="output folder .* received a dataset .* left as it is"):
+        pipeline.run().wait_until_finish()
+    assert files_of(out) == written_meanwhile
+    # With overwrite the later pipeline replaces it.
+    pipeline = beam.Pipeline()
+    records = pipeline | beam.Create([{"x": i} for i in range(5)])
+    _ = records | recordforge.WriteDataset(str(out), overwrite=True)
+    pipeline.run().wait_until_finish()
+    assert recordforge.open_dataset(out).manifest.num_records == 5
 
 
 def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):

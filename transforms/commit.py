@@ -38,7 +38,8 @@ class CommitConfig:
     """What the commit needs besides the pipeline's results.
 
     `detached`: the launcher does not wait for the run (a submitted Dataflow job), so the
-    commit releases the output folder's lock itself.
+    commit releases the output folder's lock itself. `overwrite`: the commit may replace a
+    dataset in the output folder (else one that appeared there during the run stays).
     """
 
     staging: Staging
@@ -55,6 +56,7 @@ class CommitConfig:
     source: Mapping = field(default_factory=dict)
     run_key: str = ""
     detached: bool = False
+    overwrite: bool = False
 
 
 class Commit(beam.PTransform):
@@ -143,6 +145,7 @@ class _CommitFn(beam.DoFn):
                 run_key=config.run_key,
                 files=files,
                 documents=[(name, text.encode("utf-8")) for name, text in documents],
+                replace=config.overwrite,
             )
         except OSError as error:
             raise_if_out_of_space(error, "the manifest", staging.work)

@@ -75,6 +75,8 @@ class ConvertConfig:
             fingerprint.
         resume: keep shards an earlier run staged from the same inputs and options.
         detached: the launcher does not wait for the run; its commit releases the lock.
+        overwrite: the commit may replace a dataset in the output folder; without it, a dataset
+            that appeared there during the run is left as it is (OutputTaken).
         csv_range_bytes: uncompressed CSV files (tables without images) larger than this are
             split into ranges of about this size, each read by whichever worker gets it; None
             reads each file whole, in one task. It changes no output byte.
@@ -111,6 +113,7 @@ class ConvertConfig:
     run_key: str = ""
     resume: bool = False
     detached: bool = False
+    overwrite: bool = False
     csv_range_bytes: int | None = None
     csv_range_multiple: int = 1
 
@@ -405,6 +408,7 @@ class ConvertToTFRecords(beam.PTransform):
             source=config.source_record(),
             run_key=config.run_key,
             detached=config.detached,
+            overwrite=config.overwrite,
         )
         return (
             (written.shards, error_files)

@@ -98,6 +98,7 @@ class ExamplesConfig:
     source: Mapping = field(default_factory=dict)
     ignored: int = 0
     staging: Staging | None = None
+    overwrite: bool = False
 
     @property
     def staged(self) -> Staging:
@@ -126,6 +127,7 @@ class ExamplesConfig:
             plan_config=self.sharding.to_dict(),
             options=self.options,
             source=self.source,
+            overwrite=self.overwrite,
         )
 
 

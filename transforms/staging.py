@@ -34,6 +34,7 @@ import google_crc32c
 from apache_beam.io.filesystem import BeamIOError, CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from recordforge.transforms.core.errors import OutputTaken
 from recordforge.transforms.core.files.naming import (
     JOURNAL_FILE,
     LOCK_FILE,
@@ -218,6 +219,7 @@ def commit(
     run_key: str,
     files: Sequence[tuple[str, str]],
     documents: Sequence[tuple[str, bytes]],
+    replace: bool = False,
 ) -> None:
     """Make the staged dataset the output folder's.
 
@@ -227,7 +229,20 @@ def commit(
         files: (staged path, final name relative to the output folder) of the shards, index
             files and errors files.
         documents: (final name, bytes) of the metadata files, the manifest last.
+        replace: a dataset in the output folder may be replaced (--overwrite).
+
+    Raises:
+        OutputTaken: without `replace`, the output folder holds a dataset: one written there
+            after the run checked the folder (WriteDataset checks when the pipeline is built).
     """
+    if not replace:
+        taken, _ = committed_files(staging.output)
+        if taken is not None:
+            raise OutputTaken(
+                f"the output folder {staging.output} received a dataset ({taken}) after this "
+                "run checked it, and the run may not overwrite one: that dataset is left as "
+                "it is; rerun with --overwrite (overwrite=True) to replace it"
+            )
     run = {"run_id": run_id, "run_key": run_key}
     if staging.mode == SWAP:
         _commit_by_swap(staging, run, files, documents)

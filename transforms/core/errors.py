@@ -132,6 +132,11 @@ class ListingFailed(RunFailed):
     failing): which inputs it holds is unknown, so the run ends without a manifest."""
 
 
+class OutputTaken(RunFailed):
+    """The output folder received a dataset during the run, which was not told to overwrite
+    one: it is left as it is, and the run ends without a manifest."""
+
+
 class InputIncomplete(RunFailed):
     """An input file could not be read to its end (a CSV file cut short, damaged compression, an
     I/O error): how many rows it holds is unknown, so the run ends without a manifest."""
