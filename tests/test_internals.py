@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 
@@ -123,3 +124,38 @@ def test_a_dask_task_samples_at_the_quick_period():
 
     sampler = internals.state_sampler("dask-task", CounterFactory())
     assert sampler.sampling_period_ms == internals.STATE_SAMPLING_PERIOD_MS
+
+
+def test_runs_that_overlap_leave_beams_and_grpcs_functions_as_they_found_them():
+    # Library calls from two threads: each run saved what it found and put it back when it
+    # ended, so the one that started second and ended last put the first one's patch back for
+    # good (gRPC servers of the user's own code then listened on 127.0.0.1 only).
+    import grpc
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.transforms import userstate
+
+    def current():
+        return (
+            grpc.server,
+            userstate.get_dofn_specs,
+            local_job_service.BeamJob._invoke_runner,
+            local_job_service.LocalJobServicer.GetJobMetrics,
+        )
+
+    originals = current()
+    patches = (
+        internals.grpc_listeners_on_loopback,
+        internals.dofns_inspected_once,
+        internals.job_service_reporting_running_jobs,
+    )
+    first, second = contextlib.ExitStack(), contextlib.ExitStack()
+    for patch in patches:
+        first.enter_context(patch())
+    patched = current()
+    assert all(now is not then for now, then in zip(patched, originals, strict=True))
+    for patch in patches:
+        second.enter_context(patch())
+    first.close()
+    assert current() == patched  # the second run still has them
+    second.close()
+    assert current() == originals

@@ -33,7 +33,7 @@ import importlib
 import itertools
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from recordforge.transforms.core.errors import UsageError
 
@@ -607,6 +607,11 @@ def dofns_inspected_once() -> Iterator[None]:
     identity is never reused), not by equality.
     """
     _require_tested_beam()
+    with _DOFNS_INSPECTED_ONCE.active():
+        yield
+
+
+def _inspect_dofns_once() -> Callable[[], None]:
     from apache_beam.transforms import userstate
 
     original = userstate.get_dofn_specs
@@ -620,10 +625,11 @@ def dofns_inspected_once() -> Iterator[None]:
         return set(state_specs), set(timer_specs)  # callers get their own sets, as before
 
     userstate.get_dofn_specs = inspected_once
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         userstate.get_dofn_specs = original
+
+    return restore
 
 
 # Beam's job service asks its jobs' runners this often for the figures of running bundles.
@@ -638,6 +644,11 @@ def job_service_reporting_running_jobs() -> Iterator[None]:
     answers nothing until the job is done, then the committed final figures, as before.
     """
     _require_tested_beam()
+    with _JOB_SERVICE_REPORTING.active():
+        yield
+
+
+def _report_running_jobs() -> Callable[[], None]:
     from apache_beam.portability.api import beam_job_api_pb2
     from apache_beam.runners.portability import local_job_service
 
@@ -663,10 +674,11 @@ def job_service_reporting_running_jobs() -> Iterator[None]:
         )
 
     job_class._invoke_runner, servicer.GetJobMetrics = invoke_live_runner, metrics_while_running
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         job_class._invoke_runner, servicer.GetJobMetrics = invoke_runner, job_metrics
+
+    return restore
 
 
 # --- grpc: servers that Beam starts ------------------------------------------------------
@@ -689,6 +701,11 @@ def grpc_listeners_on_loopback() -> Iterator[None]:
     reason to accept connections from other machines. grpc's own API is public: what is relied
     on is that Beam creates its servers through `grpc.server` while this is active.
     """
+    with _GRPC_ON_LOOPBACK.active():
+        yield
+
+
+def _grpc_on_loopback() -> Callable[[], None]:
     import grpc
 
     original = grpc.server
@@ -700,10 +717,46 @@ def grpc_listeners_on_loopback() -> Iterator[None]:
         return server
 
     grpc.server = loopback_server
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         grpc.server = original
+
+    return restore
+
+
+class _SharedPatch:
+    """A patch of a dependency's module, in place while any run that needs it is active.
+
+    Runs may overlap (library calls from several threads): the first to start installs the
+    patch, the last to end removes it. Each run installing and restoring its own would leave
+    the patch in place for good when they end in another order than they started.
+    """
+
+    def __init__(self, install: Callable[[], Callable[[], None]]) -> None:
+        self._install = install  # installs the patch, returns what removes it
+        self._lock = threading.Lock()
+        self._users = 0
+        self._remove: Callable[[], None] | None = None
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        with self._lock:
+            if not self._users:
+                self._remove = self._install()
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+                if not self._users:
+                    self._remove()
+                    self._remove = None
+
+
+_DOFNS_INSPECTED_ONCE = _SharedPatch(_inspect_dofns_once)
+_JOB_SERVICE_REPORTING = _SharedPatch(_report_running_jobs)
+_GRPC_ON_LOOPBACK = _SharedPatch(_grpc_on_loopback)
 
 
 # --- Beam's GCS filesystem ----------------------------------------------------------------
