@@ -30,6 +30,7 @@ from recordforge.pipelines import preflight
 from recordforge.pipelines import progress as progress_view
 from recordforge.pipelines.assembly import build_pipeline, build_plan_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
+from recordforge.pipelines.library_calls import check_switches, logging_as_found
 from recordforge.pipelines.local_workers import LocalWorkers, choose_local_workers
 from recordforge.pipelines.progress import ProgressMonitor
 from recordforge.pipelines.runner import (
@@ -103,9 +104,10 @@ def convert(
             MixedFeatureTypes (a ValueError) likewise, when records' feature types disagree.
     """
     _check_keywords("convert", options)
+    _check_progress(progress)
     output = preflight.path_argument(output, "output")
     flags = beam_flags(beam_args)
-    with _staged_sources(sources, _temp_location(flags)) as (paths, tables):
+    with logging_as_found(), _staged_sources(sources, _temp_location(flags)) as (paths, tables):
         args = command_arguments("convert", paths, {"output": output, **options})
         folder = run_conversion(
             args, flags, tables=tables, progress=progress_view.library_monitor(progress)
@@ -123,8 +125,9 @@ def plan(sources, *, beam_args: BeamArgs = None, progress: bool | None = None, *
         UsageError, RunFailed: as `convert`.
     """
     _check_keywords("plan", options)
+    _check_progress(progress)
     flags = beam_flags(beam_args)
-    with _staged_sources(sources, _temp_location(flags)) as (paths, tables):
+    with logging_as_found(), _staged_sources(sources, _temp_location(flags)) as (paths, tables):
         args = command_arguments("plan", paths, options)
         monitor = progress_view.library_monitor(progress, progress_view.PLAN_PHASES)
         report = run_plan(args, flags, tables=tables, progress=monitor)
@@ -148,13 +151,20 @@ def verify(
     """
     if isinstance(max_findings, bool) or not isinstance(max_findings, int) or max_findings < 0:
         raise UsageError("--max-findings must be 0 (list all) or more")
+    check_switches(deep=deep, check=check)
     if not isinstance(dataset, DatasetFolder):
         dataset = preflight.normalize_path(preflight.path_argument(dataset, "dataset"))
-    report = verify_dataset(dataset, deep=deep, max_per_file=max_findings or None)
+    with logging_as_found():
+        report = verify_dataset(dataset, deep=deep, max_per_file=max_findings or None)
     if check and not report.ok:
         lines = format_report(report)
         raise VerifyFailed(f"{report.folder} failed verification: {lines[-1]}", report)
     return report
+
+
+def _check_progress(progress: bool | None) -> None:
+    if progress is not None:
+        check_switches(progress=progress)
 
 
 @dataclass(frozen=True)

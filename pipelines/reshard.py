@@ -25,6 +25,7 @@ from recordforge.pipelines import output as output_folder
 from recordforge.pipelines import preflight
 from recordforge.pipelines.assembly import build_reshard_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
+from recordforge.pipelines.library_calls import logging_as_found
 from recordforge.pipelines.runner import beam_options, check_runner_reachable, runner_args
 from recordforge.schemas.csv.document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
@@ -78,12 +79,17 @@ def reshard(
         ErrorRateExceeded, MixedFeatureTypes: the run refused to commit (nothing written).
         Whatever the runner raises when the pipeline fails otherwise.
     """
-    from recordforge.pipelines.api import raise_interrupt_in, refusal_in
-
     if isinstance(inputs, str | bytes | os.PathLike) or not isinstance(inputs, Iterable):
         inputs = [inputs]
     inputs = [preflight.path_argument(item, "an input") for item in inputs]
     args = reshard_arguments(inputs, preflight.path_argument(output, "output"), options)
+    with logging_as_found():
+        return _reshard_prepared(args, beam_args)
+
+
+def _reshard_prepared(args: argparse.Namespace, beam_args: Sequence[str]) -> DatasetFolder:
+    from recordforge.pipelines.api import raise_interrupt_in, refusal_in
+
     output, config, files, beam, prepared = prepare_reshard(args, beam_args)
     try:
         run_reshard(config, files, beam)

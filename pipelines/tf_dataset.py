@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from recordforge.pipelines.dataset import open_dataset
+from recordforge.pipelines.library_calls import check_switches
 from recordforge.schemas.features import IMAGE_ENCODED, FeatureSpec
 from recordforge.transforms.core.errors import UsageError
 
@@ -70,6 +71,9 @@ def load(
     """
     import tensorflow as tf
 
+    check_switches(
+        decode_images=decode_images, shuffle_files=shuffle_files, deterministic=deterministic
+    )
     dataset = open_dataset(folder)
     split_info = dataset.split(split)
     files = [dataset.path(shard.file) for shard in split_info.shards]

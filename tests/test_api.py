@@ -426,3 +426,59 @@ def test_a_table_that_does_not_fit_its_temporary_folder_is_out_of_space(tmp_path
         assert not (tmp_path / "out").exists()
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+_QUIET_CALLS = """
+import logging, sys
+import recordforge
+from recordforge import errors
+
+photos, out = sys.argv[1], sys.argv[2]
+recordforge.convert(photos, out + "/a")
+recordforge.plan(photos)
+recordforge.verify(out + "/a")
+try:
+    recordforge.convert(photos, out + "/b", max_error_rate=0.01)
+except errors.ErrorRateExceeded:
+    pass
+print(len(logging.getLogger().handlers))
+logging.basicConfig(level=logging.INFO, format="USER %(message)s")
+logging.getLogger("app").info("configured")
+"""
+
+
+def test_calls_print_nothing_and_leave_logging_unconfigured(tmp_path):
+    # Beam's options ran logging.basicConfig(): a handler stayed on the root logger (the
+    # caller's own basicConfig then did nothing), and a refused run printed Beam's ERROR line
+    # and a traceback although the call raised the refusal.
+    photos = tmp_path / "photos"
+    for index in range(3):
+        make_image(photos / "cat" / f"{index}.png", "PNG", size=(8, 8), seed=index)
+    (photos / "cat" / "broken.jpg").write_bytes(b"not a picture")
+    done = subprocess.run(
+        [sys.executable, "-c", _QUIET_CALLS, str(photos), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
+    assert done.stderr == "USER configured\n"
+
+
+@pytest.mark.parametrize(
+    ("call", "switch"),
+    [
+        (lambda out: recordforge.verify(out, deep="no"), "deep"),
+        (lambda out: recordforge.verify(out, check="no"), "check"),
+        (lambda out: recordforge.load(out, decode_images="no"), "decode_images"),
+        (lambda out: recordforge.convert(out, out.parent / "c", progress="no"), "progress"),
+        (lambda out: recordforge.plan(out, progress=1), "progress"),
+    ],
+)
+def test_switches_take_true_or_false_only(tmp_path, call, switch):
+    # "no" is true to Python: verify(deep="no") decoded every image, progress="no" showed it.
+    out = tmp_path / "out"
+    recordforge.convert(_frame(50), out, label_column="label")
+    with pytest.raises(errors.UsageError, match=f"{switch} is True or False, got"):
+        call(out)
