@@ -164,30 +164,41 @@ def import_sdk_worker():
     return sdk_worker_main
 
 
-class _ReplacedWhileRunsLast:
-    """`module.name` replaced by `replacement` while any run holds it (a run enters the
-    object's `held()`), the original back once the last run ends: runs may overlap (threads of
-    one process), and a run that ended must leave no replacement behind."""
+class _SharedPatch:
+    """A patch of a dependency's module, in place while any run that needs it is active.
 
-    def __init__(self, module, name: str, replacement) -> None:
-        self._module, self._name, self._replacement = module, name, replacement
-        self._original = getattr(module, name)
+    Runs may overlap (library calls from several threads): the first to start installs the
+    patch, the last to end removes it. Each run installing and restoring its own would leave
+    the patch in place for good when they end in another order than they started.
+    """
+
+    def __init__(self, install: Callable[[], Callable[[], None]]) -> None:
+        self._install = install  # installs the patch, returns what removes it
         self._lock = threading.Lock()
         self._users = 0
+        self._remove: Callable[[], None] | None = None
 
     @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
+    def active(self) -> Iterator[None]:
         with self._lock:
-            if self._users == 0:
-                setattr(self._module, self._name, self._replacement)
+            if not self._users:
+                self._remove = self._install()
             self._users += 1
         try:
             yield
         finally:
             with self._lock:
                 self._users -= 1
-                if self._users == 0:
-                    setattr(self._module, self._name, self._original)
+                if not self._users:
+                    self._remove()
+                    self._remove = None
+
+
+def _replaced(module, name: str, replacement) -> Callable[[], None]:
+    """Set `module.name` to `replacement`; return what puts the original back."""
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    return lambda: setattr(module, name, original)
 
 
 # Beam's state sampler times each step of a bundle (Beam's msecs metrics) from a thread that
@@ -216,12 +227,14 @@ def _quick_state_sampler_class() -> type:
 
 
 @functools.cache
-def _quick_samplers_while_runs() -> _ReplacedWhileRunsLast:
+def _quick_samplers_while_runs() -> _SharedPatch:
     """`statesampler.StateSampler`, which `bundle_processor.BundleProcessor` looks up when it
     is made, as QuickStateSampler while a run of recordforge's FnApiRunner lasts."""
     from apache_beam.runners.worker import statesampler
 
-    return _ReplacedWhileRunsLast(statesampler, "StateSampler", _quick_state_sampler_class())
+    return _SharedPatch(
+        lambda: _replaced(statesampler, "StateSampler", _quick_state_sampler_class())
+    )
 
 
 def install_quick_state_sampler() -> None:
@@ -253,7 +266,7 @@ def _lean_workers_fn_api_runner_class() -> type:
 
         def run_via_runner_api(self, pipeline_proto, options):
             with contextlib.ExitStack() as run:
-                run.enter_context(_quick_samplers_while_runs().held())
+                run.enter_context(_quick_samplers_while_runs().active())
                 if use_recordforge_workers(pipeline_proto) and FORK_WORKERS:
                     run.enter_context(forked_workers())
                 return super().run_via_runner_api(pipeline_proto, options)
@@ -472,9 +485,9 @@ def _live_fn_api_runner_class() -> type:
 
     # While any live run lasts, Beam's bundle managers use ReportingProgressRequester (the
     # name they look up when a bundle starts); for other runs it acts as Beam's.
-    requesters_reporting = _ReplacedWhileRunsLast(
-        fn_runner, "ProgressRequester", ReportingProgressRequester
-    ).held
+    requesters_reporting = _SharedPatch(
+        lambda: _replaced(fn_runner, "ProgressRequester", ReportingProgressRequester)
+    ).active
 
     class InProcessPoller:
         """Asks in-process workers for the progress of the bundles they run, from a thread.
@@ -624,12 +637,7 @@ def _inspect_dofns_once() -> Callable[[], None]:
         state_specs, timer_specs = known[1]
         return set(state_specs), set(timer_specs)  # callers get their own sets, as before
 
-    userstate.get_dofn_specs = inspected_once
-
-    def restore() -> None:
-        userstate.get_dofn_specs = original
-
-    return restore
+    return _replaced(userstate, "get_dofn_specs", inspected_once)
 
 
 # Beam's job service asks its jobs' runners this often for the figures of running bundles.
@@ -716,42 +724,7 @@ def _grpc_on_loopback() -> Callable[[], None]:
         server.add_insecure_port = lambda address: add_port(_loopback(address))
         return server
 
-    grpc.server = loopback_server
-
-    def restore() -> None:
-        grpc.server = original
-
-    return restore
-
-
-class _SharedPatch:
-    """A patch of a dependency's module, in place while any run that needs it is active.
-
-    Runs may overlap (library calls from several threads): the first to start installs the
-    patch, the last to end removes it. Each run installing and restoring its own would leave
-    the patch in place for good when they end in another order than they started.
-    """
-
-    def __init__(self, install: Callable[[], Callable[[], None]]) -> None:
-        self._install = install  # installs the patch, returns what removes it
-        self._lock = threading.Lock()
-        self._users = 0
-        self._remove: Callable[[], None] | None = None
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        with self._lock:
-            if not self._users:
-                self._remove = self._install()
-            self._users += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._users -= 1
-                if not self._users:
-                    self._remove()
-                    self._remove = None
+    return _replaced(grpc, "server", loopback_server)
 
 
 _DOFNS_INSPECTED_ONCE = _SharedPatch(_inspect_dofns_once)
