@@ -162,7 +162,9 @@ def _commit_killed_at(kill_at, staging, files, documents, monkeypatch, calls) ->
         for owner, name in calls:
             patch.setattr(owner, name, counter.wrap(getattr(owner, name)))
         try:
-            commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+            commit(
+                staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True
+            )
         except Killed:
             pass
     return counter
@@ -178,7 +180,7 @@ def test_swap_commit_puts_the_new_dataset_in_place(tmp_path, before):
         out.chmod(0o750)
     staging = swap_staging(str(out))
     files, documents = _stage_new(staging, tmp_path)
-    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert _contents(out) == NEW_FILES
     assert sorted(os.listdir(tmp_path)) == ["out"]  # no working folder left beside it
     if before != "missing":
@@ -262,7 +264,7 @@ def test_the_swap_moves_back_a_file_that_appeared_during_the_run(tmp_path):
     staging = swap_staging(str(out))
     files, documents = _stage_new(staging, tmp_path)
     (out / "errors" / "notes.txt").write_text("mine")  # while the run was writing
-    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert _contents(out) == {**NEW_FILES, "errors/notes.txt": b"mine"}
 
 

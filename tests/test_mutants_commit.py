@@ -109,7 +109,7 @@ def test_a_commit_finds_the_staged_folder_of_an_earlier_attempt(tmp_path):
     staging = swap_staging(str(out))
     os.makedirs(staging.dataset)  # an attempt that died before it used the folder
     files, documents = _stage_new(staging, tmp_path)
-    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+    commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert _contents(out) == NEW_FILES
 
 
@@ -125,7 +125,9 @@ def test_a_swap_killed_before_the_exchange_is_finished_by_recover(tmp_path, monk
     with monkeypatch.context() as patch:
         patch.setattr(swap, "exchange", killed)
         with pytest.raises(Killed):
-            commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+            commit(
+                staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True
+            )
     monkeypatch.chdir(tmp_path)  # a path taken relative to the working directory finds nothing
     finished = recover(swap_staging(str(out)))
     assert (finished["run_id"], finished["run_key"]) == ("r1", "k1")
@@ -141,7 +143,9 @@ def test_a_swap_journal_whose_manifest_is_nowhere_is_refused_in_words(tmp_path, 
     with monkeypatch.context() as patch:
         patch.setattr(swap, "exchange", lambda first, second: (_ for _ in ()).throw(Killed()))
         with pytest.raises(Killed):
-            commit(staging, run_id="r7", run_key="k1", files=files, documents=documents)
+            commit(
+                staging, run_id="r7", run_key="k1", files=files, documents=documents, replace=True
+            )
     os.remove(os.path.join(staging.dataset, "dataset_info.json"))
     with pytest.raises(CommitError) as raised:
         recover(swap_staging(str(out)))
@@ -168,7 +172,7 @@ def test_files_that_appeared_during_the_run_are_moved_back_wherever_they_are(tmp
         (out / name).parent.mkdir(exist_ok=True)
         (out / name).write_bytes(data)
     with caplog.at_level(logging.WARNING):
-        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert _contents(out) == {**NEW_FILES, "errors/write.jsonl": b"{}\n", **appeared}
     moved = [r.getMessage() for r in caplog.records if r.getMessage().startswith("moved")]
     assert sorted(moved) == sorted(
@@ -193,7 +197,7 @@ def test_a_file_that_appeared_under_a_new_datasets_name_is_reported(tmp_path, ca
     for note, data in notes.items():
         (out / note).write_bytes(data)
     with caplog.at_level(logging.WARNING):
-        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert (out / name).read_bytes() == NEW[name]
     assert {note: (out / note).read_bytes() for note in notes} == notes
     messages = [r.getMessage() for r in caplog.records]
@@ -229,7 +233,9 @@ def _journal_commit_killed_at(kill_at, staging, files, documents, monkeypatch) -
         for name in ("rename", "delete", "create", "mkdirs"):
             patch.setattr(FileSystems, name, counted(getattr(FileSystems, name)))
         try:
-            commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+            commit(
+                staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True
+            )
         except Killed:
             pass
     return calls
@@ -309,7 +315,7 @@ def test_a_journal_commit_stages_its_documents_in_its_working_folder(tmp_path, m
 
     with monkeypatch.context() as patch:
         patch.setattr(staging_module, "roll_forward", lambda staging, journal: None)
-        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+        commit(staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True)
     assert sorted(os.listdir(staging.dataset)) == ["dataset_info.json", "features.json"]
     assert (pathlib.Path(staging.dataset) / "features.json").read_bytes() == b"{}\n"
     assert os.listdir(elsewhere) == []
@@ -362,7 +368,9 @@ def test_a_swap_journal_on_disk(tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(swap, "exchange", _killed)
         with pytest.raises(Killed):
-            commit(staging, run_id="r1", run_key="k1", files=files, documents=documents)
+            commit(
+                staging, run_id="r1", run_key="k1", files=files, documents=documents, replace=True
+            )
     manifest = documents[-1][1]
     assert json.loads(pathlib.Path(staging.journal).read_bytes()) == {
         "format_version": 1,
@@ -384,7 +392,9 @@ def test_a_journal_commits_journal_on_disk(tmp_path, monkeypatch):
     with monkeypatch.context() as patch:
         patch.setattr(staging_module, "roll_forward", _killed)
         with pytest.raises(Killed):
-            commit(staging, run_id="r2", run_key="k2", files=files, documents=documents)
+            commit(
+                staging, run_id="r2", run_key="k2", files=files, documents=documents, replace=True
+            )
     manifest = documents[-1][1]
     assert json.loads((out / ".recordforge-commit.json").read_bytes()) == {
         "format_version": 1,
@@ -417,7 +427,9 @@ def test_a_journal_whose_manifest_is_in_place_is_only_cleanup(tmp_path, monkeypa
     with monkeypatch.context() as patch:
         patch.setattr(staging_module, "_delete_if_there", killed_at_the_journal)
         with pytest.raises(Killed):
-            commit(staging, run_id="r3", run_key="k3", files=files, documents=documents)
+            commit(
+                staging, run_id="r3", run_key="k3", files=files, documents=documents, replace=True
+            )
     assert _contents(out) == NEW_FILES and os.path.exists(staging.journal)
     assert staging_module.interrupted_commit(str(out)) is None  # readers read
     # A file put in the output since, under a name the old dataset had: not the commit's to delete.
@@ -446,7 +458,7 @@ def test_a_working_folder_that_cannot_be_removed_does_not_fail_a_done_swap(tmp_p
 
     with monkeypatch.context() as patch:
         patch.setattr(os, "unlink", refused)
-        commit(staging, run_id="r4", run_key="k4", files=files, documents=documents)
+        commit(staging, run_id="r4", run_key="k4", files=files, documents=documents, replace=True)
     assert _contents(out) == NEW_FILES  # committed; the leftover stays where it was
     assert stuck.read_bytes() == b"x"
     assert not os.path.exists(staging.journal)
