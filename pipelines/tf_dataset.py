@@ -74,6 +74,14 @@ def load(
     check_switches(
         decode_images=decode_images, shuffle_files=shuffle_files, deterministic=deterministic
     )
+    if image_channels not in (0, 1, 3, 4) or isinstance(image_channels, bool):
+        raise UsageError(f"image_channels is 0 (as stored), 1, 3 or 4, got {image_channels!r}")
+    if (
+        isinstance(parallel_reads, bool)
+        or not isinstance(parallel_reads, int)
+        or parallel_reads < 1
+    ):
+        raise UsageError(f"parallel_reads is a whole number of at least 1, got {parallel_reads!r}")
     dataset = open_dataset(folder)
     split_info = dataset.split(split)
     files = [dataset.path(shard.file) for shard in split_info.shards]

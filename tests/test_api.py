@@ -474,11 +474,14 @@ def test_calls_print_nothing_and_leave_logging_unconfigured(tmp_path):
         (lambda out: recordforge.load(out, decode_images="no"), "decode_images"),
         (lambda out: recordforge.convert(out, out.parent / "c", progress="no"), "progress"),
         (lambda out: recordforge.plan(out, progress=1), "progress"),
+        (lambda out: recordforge.load(out, image_channels=5), "image_channels is 0 .as stored"),
+        (lambda out: recordforge.load(out, parallel_reads="4"), "parallel_reads is a whole"),
     ],
 )
 def test_switches_take_true_or_false_only(tmp_path, call, switch):
     # "no" is true to Python: verify(deep="no") decoded every image, progress="no" showed it.
     out = tmp_path / "out"
     recordforge.convert(_frame(50), out, label_column="label")
-    with pytest.raises(errors.UsageError, match=f"{switch} is True or False, got"):
+    refusal = switch if " " in switch else f"{switch} is True or False, got"
+    with pytest.raises(errors.UsageError, match=refusal):
         call(out)
