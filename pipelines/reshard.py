@@ -257,6 +257,7 @@ def list_inputs(
     """
     found: dict[str, TFRecordInput] = {}
     hidden = metadata = 0
+    manifests: dict[str, dict[str, str]] = {}
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
         if is_glob(path):
@@ -281,7 +282,7 @@ def list_inputs(
                 continue
             kept += 1
             if file not in found:
-                split = None if hashed else split_of(file)
+                split = None if hashed else _split_of(file, manifests)
                 if split is not None and not is_valid_split_name(split):
                     raise UsageError(
                         f"{file} is in split {split!r}, which cannot name shard files "
@@ -302,6 +303,23 @@ def list_inputs(
             "apart"
         )
     return inputs, hidden, metadata
+
+
+def _split_of(file: str, manifests: dict[str, dict[str, str]]) -> str | None:
+    """The split of a TFRecord input: the one the recordforge manifest beside it lists it in,
+    else the one its path names (`split_of`). A split name may hold '-', as a dataset's name
+    may, so `{name}-{split}.tfrecord-…` alone cannot tell `a-test` from `test`."""
+    folder, _, name = file.rpartition("/")
+    if folder not in manifests:
+        try:
+            splits = open_dataset(folder).manifest.splits
+        except UsageError:  # no manifest there, or not one of recordforge's
+            splits = {}
+        manifests[folder] = {
+            shard.file: split for split, info in splits.items() for shard in info.shards
+        }
+    listed = manifests[folder].get(name)
+    return listed if listed is not None else split_of(file)
 
 
 def check_apart(output: str, given: str, root: str | None, files: Sequence[str]) -> None:

@@ -470,3 +470,25 @@ def test_an_empty_examplegen_split_is_kept_with_no_records(tmp_path):
     assert collections.Counter(output_records(out)["train"]) == collections.Counter(records)
     assert list(recordforge.load(out, "eval")) == []
     assert run_cli("verify", out).returncode == 0
+
+
+def test_split_names_holding_hyphens_are_taken_from_the_inputs_manifest(tmp_path):
+    # The split came from the shard's file name alone, `{name}-{split}.tfrecord-…`, which
+    # cannot tell split `a-test` of dataset `ds` from split `test` of dataset `ds-a`: a-test
+    # and b-test were merged into one split `test`, and fold-1 became `1`.
+    table = tmp_path / "t.csv"
+    rows = [
+        "id,part",
+        *(f"{i},{part}" for i, part in enumerate(["a-test", "b-test", "fold-1"] * 2)),
+    ]
+    table.write_text("\n".join(rows) + "\n")
+    source, out = tmp_path / "source", tmp_path / "out"
+    assert run_cli("convert", table, "--split-column", "part", "--output", source).returncode == 0
+    done = run_cli("reshard", source, "--output", out)
+    assert done.returncode == 0, done.stderr
+    splits = json.loads((out / "dataset_info.json").read_text())["splits"]
+    assert {name: split["num_records"] for name, split in splits.items()} == {
+        "a-test": 2,
+        "b-test": 2,
+        "fold-1": 2,
+    }
