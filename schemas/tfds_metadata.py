@@ -39,8 +39,12 @@ _TFDS_DTYPES = {"int64": "int64", "float": "float32", "bytes": "string"}
 
 # Formats TFDS's Image decodes (tf.image.decode_image) to one [height, width, channels] picture.
 _STILL_FORMATS = frozenset({"jpeg", "png", "bmp"})
-# The channel counts TFDS's Image accepts with each encoding_format (None: any format).
-_CHANNELS = {"jpeg": (1, 3), "png": (1, 2, 3, 4), None: (1, 2, 3, 4)}
+# The channel counts TFDS's Image accepts with each encoding_format (None: any format) and
+# TensorFlow decodes to (decode_image takes 0, 1, 3 or 4: TFDS's metadata accepts 2, and then
+# no record could be decoded).
+_CHANNELS = {"jpeg": (1, 3), "png": (1, 3, 4), None: (1, 3, 4)}
+# Grey with alpha (2 channels) in every image: decoded to RGBA, the grey repeated, alpha kept.
+_GREY_WITH_ALPHA, _AS_RGBA = 2, 4
 # Images of different channel counts are decoded to RGB: TFDS's default Image shape.
 _MIXED_CHANNELS = 3
 LABEL_KEYS = ((keys.IMAGE_LABEL, keys.IMAGE_LABEL_TEXT), (keys.LABEL, keys.LABEL_TEXT))
@@ -162,6 +166,8 @@ def image_shape(images: ImageFacts) -> tuple[tuple[int | None, int | None, int],
         raise ValueError(f"TFDS's Image does not describe {', '.join(sorted(formats)) or 'none'}")
     encoding = next(iter(formats)) if len(formats) == 1 and formats & {"jpeg", "png"} else None
     channels = next(iter(images.channels)) if len(images.channels) == 1 else _MIXED_CHANNELS
+    if channels == _GREY_WITH_ALPHA:
+        channels = _AS_RGBA
     if channels not in _CHANNELS[encoding]:
         channels = _MIXED_CHANNELS
     height, width = (_only(span) for span in (images.heights, images.widths))

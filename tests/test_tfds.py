@@ -143,6 +143,31 @@ def test_images_of_one_size_and_mode_get_a_fixed_shape_and_batch(tmp_path, cli):
     assert images.shape == (8, 10, 12, 1) and sorted(labels.numpy().tolist()) == [0] * 4 + [1] * 4
 
 
+def test_grey_images_with_alpha_are_decoded_by_tfds_as_rgba(tmp_path, cli):
+    # features.json declared 2 channels, which TFDS's metadata takes and TensorFlow's decoder
+    # refuses: as_dataset failed on the first record ("channels must be 0, 1, 3 or 4").
+    import numpy as np
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    for index in range(4):
+        grey = np.full((10, 12), 40 * index, np.uint8)
+        alpha = np.full((10, 12), 200, np.uint8)
+        path = tmp_path / "in" / f"class{index % 2}" / f"{index}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.dstack([grey, alpha]), "LA").save(path)
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "in", "-o", out, "--tfds")
+    assert result.returncode == 0, result.stderr
+    builder = tfds.builder_from_directory(str(out))
+    assert builder.info.features["image/encoded"].shape == (10, 12, 4)
+    decoded = [example["image/encoded"].numpy() for example in builder.as_dataset(split="train")]
+    assert len(decoded) == 4
+    for pixels in decoded:
+        assert pixels.shape == (10, 12, 4)
+        assert (pixels[..., 0] == pixels[..., 1]).all() and (pixels[..., 3] == 200).all()
+
+
 def test_gif_and_webp_images_stay_bytes_but_keep_their_labels(tmp_path, cli):
     import tensorflow_datasets as tfds
 
@@ -264,7 +289,7 @@ def facts(*images: tuple[str, int, int, int]) -> ImageFacts:
     [
         ([("jpeg", 3, 40, 30), ("jpeg", 3, 41, 30)], (30, None, 3), "jpeg"),
         ([("png", 1, 12, 10), ("png", 1, 12, 10)], (10, 12, 1), "png"),
-        ([("png", 2, 12, 10)], (10, 12, 2), "png"),  # greyscale and alpha: PNG only
+        ([("png", 2, 12, 10)], (10, 12, 4), "png"),  # greyscale and alpha: as RGBA
         ([("jpeg", 1, 5, 5), ("png", 4, 5, 6), ("bmp", 3, 5, 5)], (None, 5, 3), None),
         ([("jpeg", 4, 8, 8)], (8, 8, 3), "jpeg"),  # CMYK JPEG: TFDS's JPEG Image has 1 or 3
         ([("bmp", 3, 8, 8)], (8, 8, 3), None),
