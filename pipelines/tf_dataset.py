@@ -17,13 +17,22 @@ from recordforge.transforms.core.errors import UsageError
 DECODED_IMAGE = "image"
 
 
-def feature_spec(features: Mapping[str, FeatureSpec]) -> dict:
+def feature_spec(dataset) -> dict:
     """The manifest's feature spec as `tf.io.parse_example` / `parse_single_example` takes it.
 
-    Fixed shapes ([] and [k]) become FixedLenFeature; variable ones ([-1], which may be absent
-    from a record) become RaggedFeature: a 1-D tensor per record, empty when absent.
+    `dataset`: the dataset folder, what `recordforge.convert` returned, or a manifest's
+    `features` ({key: FeatureSpec}). Fixed shapes ([] and [k]) become FixedLenFeature;
+    variable ones ([-1], which may be absent from a record) become RaggedFeature: a 1-D tensor
+    per record, empty when absent.
+
+    Raises:
+        UsageError: a folder that holds no recordforge dataset.
     """
     import tensorflow as tf
+
+    features: Mapping[str, FeatureSpec] = (
+        dataset if isinstance(dataset, Mapping) else open_dataset(dataset).manifest.features
+    )
 
     dtypes = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}
     return {

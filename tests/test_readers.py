@@ -496,3 +496,21 @@ def test_iterate_refuses_a_truncated_gzip_shard(converted, tmp_path):
     shard.write_bytes(data[: len(data) - 6])  # the gzip trailer cut short: records may look whole
     with pytest.raises((EOFError, gzip.BadGzipFile)):
         list(iterate(str(out), "train"))
+
+
+def test_feature_spec_takes_the_dataset_folder_as_the_other_readers_do(converted, tmp_path):
+    # It took only a manifest's `features`: the folder, as load and iterate take it, gave an
+    # AttributeError traceback.
+    import tensorflow as tf
+
+    import recordforge
+
+    out = converted["plain"]
+    spec = recordforge.feature_spec(str(out))
+    assert spec == recordforge.feature_spec(open_dataset(str(out)))
+    assert spec == recordforge.feature_spec(open_dataset(str(out)).manifest.features)
+    shard = out / _manifest(out)["splits"]["train"]["shards"][0]["file"]
+    parsed = tf.io.parse_example(tf.constant(_tf_records(shard)), spec)
+    assert set(parsed) == set(spec)
+    with pytest.raises(UsageError, match="not a recordforge dataset"):
+        recordforge.feature_spec(str(tmp_path))
