@@ -522,7 +522,10 @@ def default_name(output: str) -> str:
 
 def check_name(name: str) -> None:
     if not is_valid_dataset_name(name):
-        raise UsageError(f"--name {name!r}: use letters, digits, '_', '-' and '.' only")
+        raise UsageError(
+            f"--name {name!r}: use letters, digits, '_', '-' and '.' only, starting with a letter "
+            "or digit"
+        )
 
 
 def check_file_name_lengths(

@@ -56,6 +56,7 @@ def small_folder(tmp_path):
         (["convert", "{folder}", "-o", "{out}", "--splits", "train"], ["NAME=FRACTION"]),
         (["convert", "{folder}", "-o", "{out}", "--max-error-rate", "2"], ["--max-error-rate"]),
         (["convert", "{folder}", "-o", "{out}", "--name", "a/b"], ["--name"]),
+        (["convert", "{folder}", "-o", "{out}", "--name=_x"], ["starting with a letter or digit"]),
         (["convert", "{folder}", "-o", "{out}", "--label-column", "x"], ["CSV inputs"]),
         (["convert", "{folder}", "-o", "{out}", "--num-host", "8"], ["unrecognised option"]),
         (["convert", "{folder}", "-o", "{folder}/out"], ["inside the input"]),
