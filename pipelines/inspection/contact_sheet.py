@@ -266,7 +266,8 @@ def _labels(labels: Mapping | None) -> list[str]:
     parts = [f"<h2>Labels <small>({plural(len(classes), 'class')})</small></h2>"]
     if labels["source"] != "manifest":
         parts.append(
-            '<p class="note">The manifest has no label counts (an earlier recordforge wrote it): '
+            '<p class="note">The manifest has no label counts (convert records them; reshard, '
+            "WriteDataset and earlier versions do not): "
             f"counted by reading all {total:,} records.</p>"
         )
     shown, hidden = top_classes(classes)

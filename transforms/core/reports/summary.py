@@ -231,7 +231,8 @@ def format_labels(labels: Mapping | None) -> list[str]:
     source = (
         "counted from the manifest"
         if labels["source"] == "manifest"
-        else "not in the manifest (an earlier recordforge wrote it): counted by reading "
+        else "not in the manifest (convert records them; reshard, WriteDataset and earlier "
+        "versions do not): counted by reading "
         f"all {total:,} records"
     )
     lines = [f"Labels: {plural(len(classes), 'class')}, {source}"]
