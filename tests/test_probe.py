@@ -156,3 +156,21 @@ def test_an_unexpected_error_leaves_no_local_file_open(tmp_path, monkeypatch) ->
             _run(batch)
         gc.collect()
     assert [w for w in warned if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_link_whose_target_cannot_be_read_is_a_missing_file(tmp_path, monkeypatch) -> None:
+    # A link the kernel makes (/proc/N/exe of a kernel thread) cannot be opened, and readlink
+    # fails on it too: the message's readlink raised again, a traceback that ended the run.
+    from recordforge.transforms.core.errors import InputError
+
+    link = tmp_path / "exe"
+    link.symlink_to(tmp_path / "gone")
+
+    def unreadable(path, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", path)
+
+    monkeypatch.setattr(probe.os, "readlink", unreadable)
+    with pytest.raises(InputError) as refused:
+        probe.probe_file(str(link), 10_000)
+    assert refused.value.kind == "MissingFile"
+    assert "broken symbolic link" in refused.value.message

@@ -218,9 +218,12 @@ def probe_file(
         raise
     except FileNotFoundError as error:
         if not has_scheme(path) and os.path.islink(to_os(path)):
-            target = from_os(os.readlink(to_os(path)))
+            try:
+                target = display(from_os(os.readlink(to_os(path))))
+            except OSError:  # a link the kernel makes, with no target to read (/proc/N/exe)
+                target = "a target that cannot be read"
             raise InputError(
-                "MissingFile", f"broken symbolic link: {display(path)} -> {display(target)}"
+                "MissingFile", f"broken symbolic link: {display(path)} -> {target}"
             ) from error
         raise InputError("MissingFile", f"file not found: {display(path)}") from error
     except EncodedObjectError as error:  # says which object, and what to do
