@@ -53,8 +53,8 @@ def add_runner_options(parser: argparse.ArgumentParser) -> None:
         help="the local runner: run the pipeline in N worker processes (short for "
         "--direct_num_workers=N --direct_running_mode=multi_processing); 1 runs it in this "
         "process. Default: chosen by the input's size, one worker process per "
-        f"{BYTES_PER_WORKER // 2**20:,} MiB of local images up to the cores, this process "
-        "below two and for CSV tables (the summary says which)",
+        f"{BYTES_PER_WORKER // 2**20:,} MiB of local images and uncompressed CSV tables up to "
+        "the cores, this process below two (the summary says which)",
     )
     group.add_argument(
         "--runner",

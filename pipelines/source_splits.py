@@ -65,7 +65,7 @@ def resolve_source_splits(
     resolved, how = [], set()
     for source in sources:
         if source.split is not None:
-            how.add("named on the command line")
+            how.add("names given on the command line")
         elif _is_folder_source(source):
             mapping = _split_folders_of(source, follow_symlinks)
             if mapping:
@@ -131,8 +131,9 @@ def _split_folders_of(source: Source, follow_symlinks: bool) -> dict[str, str] |
         if len(looks_split) > 1:
             others = sorted(set(names) - set(looks_split))
             LOGGER.warning(
-                "%s: the folders %s look like splits, but %s not: all are taken as classes; "
-                "to keep the splits apart, give each as SOURCE=SPLIT (%s/%s=%s)",
+                "%s: the folders %s look like splits, but %s not: the tree is read as one source "
+                "and its split folders are not kept apart; to keep them apart, give each as "
+                "SOURCE=SPLIT (%s/%s=%s)",
                 source.given,
                 ", ".join(looks_split),
                 ", ".join(others[:3]) + (" are" if len(others) > 1 else " is"),

@@ -140,7 +140,7 @@ def test_sources_named_like_splits_are_their_splits(tmp_path, cli, tf):
         "convert", f"{data / 'train'}=train", f"{data / 'test'}=test", "-o", named, "--name", "out"
     )
     assert result.returncode == 0, result.stderr
-    assert "named on the command line" in result.stdout
+    assert "splits from names given on the command line" in result.stdout
     for shard in sorted(out.glob("*.tfrecord-*")):
         assert (named / shard.name).read_bytes() == shard.read_bytes()
 
@@ -205,6 +205,7 @@ def test_split_names_among_class_folders_warn_and_stay_classes(tmp_path, cli):
     assert list(report["splits"]) == ["train"]
     assert report["labels"] == ["extra", "test", "train"]
     assert "look like splits" in result.stderr and f"{tree}/test=test" in result.stderr
+    assert "split folders are not kept apart" in result.stderr
 
 
 def test_plan_says_which_layout(tmp_path, cli):
