@@ -465,11 +465,10 @@ def _print_summary(
     if errors["count"]:
         kinds = ", ".join(f"{kind} {count:,}" for kind, count in errors["by_kind"].items())
         files = ", ".join(FileSystems.join(output, f) for f in errors["files"])
-        print(
-            f"WARNING: {errors['count']:,} of {manifest['num_inputs']:,} inputs failed "
-            f"({kinds}); details in {files}",
-            file=sys.stderr,
-        )
+        failed = f"{errors['count']:,} of {manifest['num_inputs']:,} inputs failed ({kinds})"
+        # On stdout with the summary (a job keeping only stdout keeps it), and as a warning.
+        print(f"  {failed}: the reasons are in {files}")
+        print(f"WARNING: {failed}; details in {files}", file=sys.stderr)
     else:
         print("  no errors")
     print(f"Dataset: {dataset.path(dataset.manifest_file)}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import BAD_FILES, GOOD_IMAGES, read_dataset, read_errors, shard_files
+from conftest import BAD_FILES, GOOD_IMAGES, make_image, read_dataset, read_errors, shard_files
 from PIL import Image
 
 FORMATS = {"JPEG": b"jpeg", "PNG": b"png", "GIF": b"gif", "BMP": b"bmp", "WEBP": b"webp"}
@@ -208,3 +208,16 @@ def test_symlinked_files_are_followed_folders_only_when_asked_and_broken_links_r
     assert info["num_inputs"] == 4
     # The loop (cat/loop -> the dataset itself) leads to a folder walked already.
     assert info["source"]["symlinked_folders_not_followed"] == 1
+
+
+def test_the_summary_on_stdout_counts_the_failed_inputs(tmp_path, cli):
+    # The count was only on stderr: a job keeping stdout (the summary) lost it.
+    for index in range(2):
+        make_image(tmp_path / "in" / "cat" / f"{index}.png", "PNG", size=(8, 8), seed=index)
+    (tmp_path / "in" / "cat" / "broken.jpg").write_bytes(b"not a picture")
+    result = cli("convert", tmp_path / "in", "-o", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    expected = f"  1 of 3 inputs failed (NotAnImage 1): the reasons are in {out}/errors/probe.jsonl"
+    assert expected in result.stdout.splitlines(), result.stdout
+    assert "1 of 3 inputs failed" in result.stderr
