@@ -118,7 +118,7 @@ def reshard_arguments(inputs: list[str], output: str, options: Mapping) -> argpa
 
 
 # The command's arguments that are not keyword options of reshard().
-_NOT_OPTIONS = ("inputs", "output", "handler", "verbose", "quiet")
+_NOT_OPTIONS = ("inputs", "output", "handler", "verbose", "quiet", "help")
 
 
 def prepare_reshard(args: argparse.Namespace, beam_args: Sequence[str]):

@@ -492,3 +492,31 @@ def test_split_names_holding_hyphens_are_taken_from_the_inputs_manifest(tmp_path
         "b-test": 2,
         "fold-1": 2,
     }
+
+
+def test_a_users_errors_folder_is_read_and_tfds_class_names_files_are_metadata(tmp_path):
+    # Every file in a folder named `errors` was taken for a dataset's quarantine and skipped
+    # (its records lost, "no errors"); TFDS's `{key}.labels.txt` of a ClassLabel not named
+    # label made a TFDS folder "partly in splits" and refused.
+    records = examples(30, 3)
+    inputs = tmp_path / "in"
+    write_tfrecords(inputs / "ok" / "part-0.tfrecord", records[:10])
+    write_tfrecords(inputs / "errors" / "part-0.tfrecord", records[10:])
+    (inputs / "errors" / "convert.jsonl").write_text("{}\n")  # a dataset's own: skipped
+    tfds_folder = tmp_path / "tfds"
+    write_tfrecords(tfds_folder / "toy-train.tfrecord-00000-of-00001", records[:20])
+    write_tfrecords(tfds_folder / "toy-test.tfrecord-00000-of-00001", records[20:])
+    (tfds_folder / "category.labels.txt").write_text("cat\ndog\n")
+    for source, splits in ((inputs, {"train": 30}), (tfds_folder, {"test": 10, "train": 20})):
+        out = tmp_path / f"out-{source.name}"
+        done = run_cli("reshard", source, "--output", out)
+        assert done.returncode == 0, done.stderr
+        manifest = json.loads((out / "dataset_info.json").read_text())
+        assert {name: s["num_records"] for name, s in manifest["splits"].items()} == splits
+        assert manifest["source"]["skipped_metadata_files"] == 1
+
+
+def test_reshard_has_no_help_keyword(tmp_path):
+    # It printed the command's help and exited the process (SystemExit).
+    with pytest.raises(recordforge.errors.UsageError, match="reshard\\(\\) has no option 'help'"):
+        recordforge.reshard(str(tmp_path), str(tmp_path / "out"), help=True)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from recordforge.transforms.core.files.naming import is_dataset_file, shard_file_pattern
+from recordforge.transforms.core.files.naming import ERRORS_DIR, is_dataset_file, shard_file_pattern
+
+# TFDS writes the class names of every ClassLabel feature as `{key, '/' as '.'}.labels.txt`.
+_TFDS_CLASS_NAMES_SUFFIX = ".labels.txt"
 
 # TFX's ExampleGen writes each split of its output artifact to a folder of its own:
 # `{artifact}/Split-{split}/data_tfrecord-{i:05d}-of-{n:05d}.gz`.
@@ -48,4 +51,10 @@ def is_metadata(relative: str) -> bool:
     name = parts[-1]
     if shard_file_pattern().match(name):
         return False
+    if len(parts) > 1 and parts[-2] == ERRORS_DIR:
+        # A dataset's quarantine is `errors/{stage}.jsonl`; other files in a folder of that
+        # name are the user's (TFRecord files in `errors/` were skipped, their records lost).
+        return name.endswith(".jsonl")
+    if name.endswith(_TFDS_CLASS_NAMES_SUFFIX):
+        return True
     return is_dataset_file(name) or (len(parts) > 1 and is_dataset_file("/".join(parts[-2:])))
