@@ -31,7 +31,7 @@ from recordforge.schemas.csv.document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.files.naming import is_valid_split_name
-from recordforge.transforms.core.files.paths import glob_root, is_hidden, relative_path
+from recordforge.transforms.core.files.paths import glob_root, has_scheme, is_hidden, relative_path
 from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.tfrecord.inputs import TFRecordInput, is_metadata, split_of
 from recordforge.transforms.examples import ExamplesConfig
@@ -193,7 +193,9 @@ def build_reshard_config(
     cli_options.check_error_rate(args.max_error_rate)
     name, compression, write_index, tfds = cli_options.output_settings(args, output)
     hashed = preflight.parse_splits(args.splits) if args.splits else None
-    inputs, hidden, metadata = list_inputs(args.inputs, hashed=hashed is not None, output=output)
+    inputs, hidden, metadata, duplicates = list_inputs(
+        args.inputs, hashed=hashed is not None, output=output
+    )
     kept = sorted({file.split for file in inputs if file.split is not None})
     if hashed is not None:
         splits, configured, split_from = hashed, tuple(name for name, _ in hashed), "hash"
@@ -235,6 +237,8 @@ def build_reshard_config(
             "files": len(inputs),
             "splits": kept if split_from == "input" else None,
             "skipped_metadata_files": metadata,
+            # Recorded only when some were found, so that a manifest without them is unchanged.
+            **({"duplicate_files": duplicates} if duplicates else {}),
         },
         ignored=hidden,
     )
@@ -243,9 +247,9 @@ def build_reshard_config(
 
 def list_inputs(
     given: Sequence[str], *, hashed: bool, output: str | None = None
-) -> tuple[tuple[TFRecordInput, ...], int, int]:
+) -> tuple[tuple[TFRecordInput, ...], int, int, int]:
     """(the TFRecord files the inputs name, each once; hidden files skipped; metadata files
-    skipped).
+    skipped; files reached a second time: by the same path, or a local file through a link).
 
     A dataset's metadata (manifests, index and errors files) holds no records. A file's split
     is the one its place names (see split_of), unless `hashed`.
@@ -256,8 +260,9 @@ def list_inputs(
             and `output` inside one another.
     """
     found: dict[str, TFRecordInput] = {}
-    hidden = metadata = 0
+    hidden = metadata = duplicates = 0
     manifests: dict[str, dict[str, str]] = {}
+    reached: set[tuple[int, int]] = set()  # local files' (device, inode): a link is no new file
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
         if is_glob(path):
@@ -281,14 +286,19 @@ def list_inputs(
                 metadata += 1
                 continue
             kept += 1
-            if file not in found:
-                split = None if hashed else _split_of(file, manifests)
-                if split is not None and not is_valid_split_name(split):
-                    raise UsageError(
-                        f"{file} is in split {split!r}, which cannot name shard files "
-                        "(letters, digits, '_', '-'); give --splits to split by hash instead"
-                    )
-                found[file] = TFRecordInput(file, split, index)
+            identity = _local_identity(file)
+            if file in found or identity in reached:
+                duplicates += 1
+                continue
+            if identity is not None:
+                reached.add(identity)
+            split = None if hashed else _split_of(file, manifests)
+            if split is not None and not is_valid_split_name(split):
+                raise UsageError(
+                    f"{file} is in split {split!r}, which cannot name shard files "
+                    "(letters, digits, '_', '-'); give --splits to split by hash instead"
+                )
+            found[file] = TFRecordInput(file, split, index)
         if not kept:
             raise UsageError(f"input {raw!r} holds no TFRecord files (hidden files do not count)")
         if output is not None:
@@ -302,7 +312,18 @@ def list_inputs(
             f"are not ({unnamed}); give --splits to split every record by hash, or reshard them "
             "apart"
         )
-    return inputs, hidden, metadata
+    return inputs, hidden, metadata, duplicates
+
+
+def _local_identity(file: str) -> tuple[int, int] | None:
+    """A local file's (device, inode), the same through any link to it; None elsewhere."""
+    if has_scheme(file):
+        return None
+    try:
+        info = os.stat(file)
+    except OSError:  # read (and reported) as any input is
+        return None
+    return info.st_dev, info.st_ino
 
 
 def _split_of(file: str, manifests: dict[str, dict[str, str]]) -> str | None:

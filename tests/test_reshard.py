@@ -520,3 +520,20 @@ def test_reshard_has_no_help_keyword(tmp_path):
     # It printed the command's help and exited the process (SystemExit).
     with pytest.raises(recordforge.errors.UsageError, match="reshard\\(\\) has no option 'help'"):
         recordforge.reshard(str(tmp_path), str(tmp_path / "out"), help=True)
+
+
+def test_a_file_reached_through_a_link_or_twice_is_read_once_and_counted(tmp_path):
+    # A file given by its path and reached through a link was read twice: its records were in
+    # the dataset twice.
+    records = examples(12, 4)
+    real, given = tmp_path / "real", tmp_path / "in"
+    write_tfrecords(real / "a.tfrecord", records[:5])
+    write_tfrecords(given / "b.tfrecord", records[5:])
+    (given / "a_link.tfrecord").symlink_to(real / "a.tfrecord")
+    out = tmp_path / "out"
+    done = run_cli("reshard", given, real / "a.tfrecord", real / "a.tfrecord", "--output", out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["num_inputs"] == manifest["splits"]["train"]["num_records"] == 12
+    assert manifest["source"]["files"] == 2 and manifest["source"]["duplicate_files"] == 2
+    assert "skipped: 2 files reached a second time" in done.stdout
