@@ -345,6 +345,8 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
     if interrupted_commit(output) is not None:
         again = "the conversion again (or with --resume)" if prepared.resumable else "it again"
         return f"its commit into {output} was cut short: run {again} to finish it"
+    if output_folder.cleaned_up_after_commit(staging):
+        return f"the new dataset is in place in {output}: the run was stopped after its commit"
     return f"{output} is as it was; {output_folder.keep_resumable(staging, prepared.resumable)}"
 
 

@@ -350,6 +350,16 @@ def staged_work(staging: Staging) -> str | None:
     return f"{count:,} staged shard{'s' if count != 1 else ''}, {human_size(total)}"
 
 
+def cleaned_up_after_commit(staging: Staging) -> bool:
+    """Whether the run's record is gone from its working folder: while the run holds the lock,
+    only its commit's cleanup removes it, after the new dataset is in place (and the commit's
+    journal is gone with it)."""
+    try:
+        return not FileSystems.exists(staging.run_record)
+    except STORAGE_ERRORS:  # not known: not claimed
+        return False
+
+
 def keep_resumable(staging: Staging, resumable: bool = True) -> str:
     """After a run that stopped or failed: keep what `--resume` can use (staged shards, and the
     errors files of a run its error rate failed), delete the rest (spill files are never

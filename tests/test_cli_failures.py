@@ -401,3 +401,33 @@ def test_overwrite_refuses_a_dataset_recordforge_did_not_write(small_folder, tmp
         cli("convert", small_folder, "-o", tfds_made, "--overwrite"), "did not write"
     )
     assert _tree(tfds_made) == before
+
+
+def test_a_stop_after_the_commits_cleanup_says_the_new_dataset_is_in_place(tmp_path):
+    # A Ctrl-C that arrived after the commit had put the new dataset in place and removed its
+    # working folder (journal and all) was reported as "OUT is as it was".
+    import shutil
+
+    from recordforge.pipelines import cli as program
+    from recordforge.pipelines import output as output_folder
+
+    out = str(tmp_path / "out")
+
+    def prepared():
+        return output_folder.prepare_output(
+            out, run_id="r1", options={}, overwrite=True, resume=False, resumable=False
+        )
+
+    stopped_before = prepared()
+    try:
+        assert program._kept(stopped_before).startswith(f"{out} is as it was")
+    finally:
+        stopped_before.release()
+    stopped_after = prepared()
+    try:
+        shutil.rmtree(stopped_after.staging.work)  # what the commit's cleanup does last
+        assert program._kept(stopped_after) == (
+            f"the new dataset is in place in {out}: the run was stopped after its commit"
+        )
+    finally:
+        stopped_after.release()
