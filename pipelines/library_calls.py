@@ -11,9 +11,9 @@ from recordforge.transforms.core.errors import UsageError
 
 
 def check_switches(**switches) -> None:
-    """Raise UsageError for a switch that is not True or False (None where `None` means "the
-    default", given as such by the caller's signature, is not passed here): a string such as
-    "no" is true to Python, and would turn the switch on."""
+    """Raise UsageError for a switch that is not True or False: a string such as "no" is true
+    to Python, and would turn the switch on. (A switch whose None means "the default" is
+    checked only when it is not None.)"""
     for name, value in switches.items():
         if not isinstance(value, bool):
             raise UsageError(f"{name} is True or False, got {value!r}")
