@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from apache_beam.io.filesystems import FileSystems
@@ -398,3 +399,27 @@ def test_of_many_runs_taking_over_one_stale_lock_exactly_one_wins(tmp_path):
         assert read_lock(lock).run_id == f"run-{winners[0]}"
         assert sorted(os.listdir(tmp_path)) == [".out.recordforge-lock"]  # nothing left aside
         os.remove(lock)
+
+
+def test_a_lock_held_by_a_killed_process_not_yet_reaped_is_taken_over(tmp_path):
+    # A run killed with its parent (`timeout -s KILL`) stays a zombie until something reaps
+    # it; its pid still answers kill(0), so the next run was refused as "another conversion
+    # is writing this output" for as long as the zombie lasted.
+    lock = str(tmp_path / ".out.recordforge-lock")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while _state(ended.pid) != b"Z":  # exited, not yet waited for
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    try:
+        zombie = LockHolder("run-killed", socket.gethostname(), ended.pid, "x")
+        pathlib.Path(lock).write_bytes(zombie.to_bytes())
+        assert acquire_lock(lock, LockHolder.this_process("run-next")) == zombie
+        assert read_lock(lock).run_id == "run-next"
+    finally:
+        ended.wait()
+
+
+def _state(pid: int) -> bytes:
+    stat = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
+    return stat[stat.rindex(b")") + 2 :].split()[0]

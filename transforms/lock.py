@@ -70,7 +70,20 @@ class LockHolder:
             return True
         except PermissionError:  # alive, another user's
             return False
+        return _exited(self.pid)
+
+
+def _exited(pid: int) -> bool:
+    """Whether a process that still exists is a zombie: it ended (killed, say) and only its
+    exit status waits for a parent to collect it, which a parent killed with it never does.
+    Linux's /proc tells; elsewhere it is taken as running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read()
+    except OSError:
         return False
+    # The state follows the command name, which is in parentheses and may hold any byte.
+    return fields[fields.rindex(b")") + 2 :].split(maxsplit=1)[:1] == [b"Z"]
 
 
 class LockHeld(Exception):
