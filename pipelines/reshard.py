@@ -17,6 +17,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -30,12 +31,13 @@ from recordforge.pipelines.runner import beam_options, check_runner_reachable, r
 from recordforge.schemas.csv.document import SchemaError, load_yaml_document
 from recordforge.schemas.features import FeatureType, feature_types
 from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.files.filenames import to_os
 from recordforge.transforms.core.files.naming import is_valid_split_name
 from recordforge.transforms.core.files.paths import glob_root, has_scheme, is_hidden, relative_path
-from recordforge.transforms.core.files.walk import is_glob
+from recordforge.transforms.core.files.walk import FILE, FOLDER_LINK, HIDDEN, PROBLEM, is_glob
 from recordforge.transforms.core.tfrecord.inputs import TFRecordInput, is_metadata, split_of
 from recordforge.transforms.examples import ExamplesConfig
-from recordforge.transforms.listing import list_files
+from recordforge.transforms.listing import list_entries, list_files
 
 LOGGER = logging.getLogger("recordforge")
 
@@ -193,10 +195,9 @@ def build_reshard_config(
     cli_options.check_error_rate(args.max_error_rate)
     name, compression, write_index, tfds = cli_options.output_settings(args, output)
     hashed = preflight.parse_splits(args.splits) if args.splits else None
-    inputs, hidden, metadata, duplicates = list_inputs(
-        args.inputs, hashed=hashed is not None, output=output
-    )
-    kept = sorted({file.split for file in inputs if file.split is not None})
+    listing = list_inputs(args.inputs, hashed=hashed is not None, output=output)
+    inputs = listing.inputs
+    kept = sorted({file.split for file in inputs if file.split is not None and not file.problem})
     if hashed is not None:
         splits, configured, split_from = hashed, tuple(name for name, _ in hashed), "hash"
     elif kept:
@@ -236,23 +237,34 @@ def build_reshard_config(
             "kind": "tfrecord",
             "files": len(inputs),
             "splits": kept if split_from == "input" else None,
-            "skipped_metadata_files": metadata,
+            "skipped_metadata_files": listing.metadata,
             # Recorded only when some were found, so that a manifest without them is unchanged.
-            **({"duplicate_files": duplicates} if duplicates else {}),
+            **({"duplicate_files": listing.duplicates} if listing.duplicates else {}),
         },
-        ignored=hidden,
+        ignored=listing.hidden,
+        folder_links=listing.folder_links,
     )
     return config, inputs
 
 
-def list_inputs(
-    given: Sequence[str], *, hashed: bool, output: str | None = None
-) -> tuple[tuple[TFRecordInput, ...], int, int, int]:
-    """(the TFRecord files the inputs name, each once; hidden files skipped; metadata files
-    skipped; files reached a second time: by the same path, or a local file through a link).
+class Listing(NamedTuple):
+    """What reshard's inputs name: the inputs (each file once, and what cannot be read as one,
+    to be quarantined), and what was passed over, counted."""
+
+    inputs: tuple[TFRecordInput, ...]
+    hidden: int  # hidden files, and files in hidden folders
+    metadata: int  # a dataset's manifests, index and errors files
+    duplicates: int  # files reached a second time: by the same path, or a local file's link
+    folder_links: int  # links to folders, not followed
+
+
+def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None) -> Listing:
+    """The TFRecord files the inputs name, and what was passed over (see Listing).
 
     A dataset's metadata (manifests, index and errors files) holds no records. A file's split
-    is the one its place names (see split_of), unless `hashed`.
+    is the one its place names (see split_of), unless `hashed`. What a folder holds that cannot
+    be an input (a FIFO, a folder that cannot be read: see transforms.listing) is an input with
+    a `problem`, which the read quarantines, so that nothing there vanishes uncounted.
 
     Raises:
         UsageError: an input that does not exist or holds no file, a split name that cannot
@@ -260,11 +272,12 @@ def list_inputs(
             and `output` inside one another.
     """
     found: dict[str, TFRecordInput] = {}
-    hidden = metadata = duplicates = 0
+    hidden = metadata = duplicates = folder_links = 0
     manifests: dict[str, dict[str, str]] = {}
     reached: set[tuple[int, int]] = set()  # local files' (device, inode): a link is no new file
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
+        problems: list[TFRecordInput] = []
         if is_glob(path):
             files, root = list_files(path), glob_root(path)
             if not files:
@@ -273,10 +286,20 @@ def list_inputs(
             files, root = [path], None
         else:
             root = path.rstrip("/")
-            files = list_files(root + "/**")
-            if not files:
+            if not has_scheme(root) and not os.path.lexists(to_os(root)):
                 raise UsageError(f"input not found: {raw!r}")
-        kept = 0
+            entries = list(list_entries(root + "/**"))
+            files = sorted(entry.path for entry in entries if entry.kind in (FILE, HIDDEN))
+            folder_links += sum(entry.kind == FOLDER_LINK for entry in entries)
+            problems = [
+                TFRecordInput(entry.path, None, index, entry.error)
+                for entry in entries
+                if entry.kind == PROBLEM and entry.path not in found
+            ]
+            if not files and not problems:
+                raise UsageError(f"input not found: {raw!r}")
+        kept = len(problems)
+        found.update((problem.path, problem) for problem in problems)
         for file in files:
             relative = relative_path(file, root or file.rsplit("/", 1)[0])
             if root is not None and is_hidden(relative):  # a file named on its own is kept
@@ -304,15 +327,16 @@ def list_inputs(
         if output is not None:
             check_apart(output, raw, root, files)
     inputs = tuple(found.values())
-    named = [file for file in inputs if file.split is not None]
-    if named and len(named) < len(inputs):
-        unnamed = next(file.path for file in inputs if file.split is None)
+    readable = [file for file in inputs if not file.problem]
+    named = [file for file in readable if file.split is not None]
+    if named and len(named) < len(readable):
+        unnamed = next(file.path for file in readable if file.split is None)
         raise UsageError(
             f"some inputs are in splits ({named[0].path} is in {named[0].split!r}) and others "
             f"are not ({unnamed}); give --splits to split every record by hash, or reshard them "
             "apart"
         )
-    return inputs, hidden, metadata, duplicates
+    return Listing(inputs, hidden, metadata, duplicates, folder_links)
 
 
 def _local_identity(file: str) -> tuple[int, int] | None:

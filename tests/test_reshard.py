@@ -537,3 +537,27 @@ def test_a_file_reached_through_a_link_or_twice_is_read_once_and_counted(tmp_pat
     assert manifest["num_inputs"] == manifest["splits"]["train"]["num_records"] == 12
     assert manifest["source"]["files"] == 2 and manifest["source"]["duplicate_files"] == 2
     assert "skipped: 2 files reached a second time" in done.stdout
+
+
+def test_a_fifo_and_a_socket_are_quarantined_and_links_to_folders_counted(tmp_path):
+    # reshard's listing dropped what cannot be an input without a word: a FIFO or a socket
+    # among the inputs vanished from the counts, and links to folders were not counted.
+    import os
+    import socket
+
+    given = tmp_path / "in"
+    write_tfrecords(given / "a.tfrecord", examples(8, 5))
+    os.mkfifo(given / "pipe.tfrecord")
+    (given / "elsewhere").symlink_to(tmp_path / "other", target_is_directory=True)
+    write_tfrecords(tmp_path / "other" / "c.tfrecord", examples(2, 7))
+    out = tmp_path / "out"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(given / "socket.tfrecord"))
+        done = run_cli("reshard", given, "--output", out)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["splits"]["train"]["num_records"] == 8
+    assert manifest["source"]["symlinked_folders_not_followed"] == 1
+    kinds = sorted((e["source"]["path"].rsplit("/", 1)[-1], e["error"]) for e in read_errors(out))
+    assert kinds == [("pipe.tfrecord", "NotARegularFile"), ("socket.tfrecord", "NotARegularFile")]
+    assert manifest["errors"]["count"] == 2 and manifest["num_inputs"] == 10

@@ -29,6 +29,7 @@ from recordforge.transforms.core.files.filenames import display
 from recordforge.transforms.core.planning.labels import LabelMap
 from recordforge.transforms.core.planning.sharding import ShardingConfig
 from recordforge.transforms.core.records import (
+    STAGE_DISCOVER,
     STAGE_READ,
     STAGE_RECORD,
     ErrorRecord,
@@ -77,6 +78,7 @@ class ExamplesConfig:
         options: the options that shaped the output, recorded in the manifest.
         source: the inputs as the manifest records them.
         ignored: files skipped as not holding records (hidden files, a dataset's metadata).
+        folder_links: links to folders met in the inputs' folders, not followed.
         staging: where the run stages its files and how it commits them (default: a JOURNAL
             staging inside `output`; the callers choose, see pipelines/output.py).
     """
@@ -97,6 +99,7 @@ class ExamplesConfig:
     options: Mapping = field(default_factory=dict)
     source: Mapping = field(default_factory=dict)
     ignored: int = 0
+    folder_links: int = 0
     staging: Staging | None = None
     overwrite: bool = False
 
@@ -213,7 +216,10 @@ class WriteExamples(beam.PTransform):
                 tally=tally,
                 counts=counts,
                 ignored=pipeline
-                | "IgnoredFiles" >> beam.Create([{skipped.HIDDEN: config.ignored}]),
+                | "IgnoredFiles"
+                >> beam.Create(
+                    [{skipped.HIDDEN: config.ignored, skipped.FOLDER_LINKS: config.folder_links}]
+                ),
             )
         )
 
@@ -364,6 +370,12 @@ class _ReadTFRecordFilesFn(beam.DoFn):
         self._progress = Progress("tfrecord_records_read", "read", "records")
 
     def process(self, file: TFRecordInput):
+        if file.problem:
+            kind, message = file.problem
+            yield beam.pvalue.TaggedOutput(
+                ERRORS, ErrorRecord(file.path, None, STAGE_DISCOVER, kind, message)
+            )
+            return
         try:
             raw = open_file(file.path)
         except STORAGE_ERRORS as error:  # nothing was read: the file is one quarantined input

@@ -23,11 +23,14 @@ class TFRecordInput(NamedTuple):
         split: the split its place names (an ExampleGen `Split-*` folder, a shard's name), or
             None when the records get splits by hash.
         source: the index of the input (as given on the command line) it was found under.
+        problem: (kind, message) when the path cannot be read as a file at all (a FIFO, a
+            folder that cannot be read), found by the listing: it is quarantined unopened.
     """
 
     path: str
     split: str | None
     source: int
+    problem: tuple[str, str] | None = None
 
 
 def split_of(relative: str) -> str | None:
