@@ -197,7 +197,10 @@ def build_reshard_config(
     hashed = preflight.parse_splits(args.splits) if args.splits else None
     listing = list_inputs(args.inputs, hashed=hashed is not None, output=output)
     inputs = listing.inputs
-    kept = sorted({file.split for file in inputs if file.split is not None and not file.problem})
+    kept = sorted(
+        {file.split for file in inputs if file.split is not None and not file.problem}
+        | (set(listing.empty_splits) if any(file.split for file in inputs) else set())
+    )
     if hashed is not None:
         splits, configured, split_from = hashed, tuple(name for name, _ in hashed), "hash"
     elif kept:
@@ -256,6 +259,7 @@ class Listing(NamedTuple):
     metadata: int  # a dataset's manifests, index and errors files
     duplicates: int  # files reached a second time: by the same path, or a local file's link
     folder_links: int  # links to folders, not followed
+    empty_splits: tuple[str, ...]  # splits an input dataset's manifest lists with no records
 
 
 def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None) -> Listing:
@@ -274,6 +278,7 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
     found: dict[str, TFRecordInput] = {}
     hidden = metadata = duplicates = folder_links = 0
     manifests: dict[str, dict[str, str]] = {}
+    empty_splits: set[str] = set()  # listed by an input dataset's manifest, with no records
     reached: set[tuple[int, int]] = set()  # local files' (device, inode): a link is no new file
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
@@ -315,7 +320,7 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
                 continue
             if identity is not None:
                 reached.add(identity)
-            split = None if hashed else _split_of(file, manifests)
+            split = None if hashed else _split_of(file, manifests, empty_splits)
             if split is not None and not is_valid_split_name(split):
                 raise UsageError(
                     f"{file} is in split {split!r}, which cannot name shard files "
@@ -336,7 +341,7 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
             f"are not ({unnamed}); give --splits to split every record by hash, or reshard them "
             "apart"
         )
-    return Listing(inputs, hidden, metadata, duplicates, folder_links)
+    return Listing(inputs, hidden, metadata, duplicates, folder_links, tuple(sorted(empty_splits)))
 
 
 def _local_identity(file: str) -> tuple[int, int] | None:
@@ -350,10 +355,13 @@ def _local_identity(file: str) -> tuple[int, int] | None:
     return info.st_dev, info.st_ino
 
 
-def _split_of(file: str, manifests: dict[str, dict[str, str]]) -> str | None:
+def _split_of(
+    file: str, manifests: dict[str, dict[str, str]], empty_splits: set[str]
+) -> str | None:
     """The split of a TFRecord input: the one the recordforge manifest beside it lists it in,
     else the one its path names (`split_of`). A split name may hold '-', as a dataset's name
-    may, so `{name}-{split}.tfrecord-…` alone cannot tell `a-test` from `test`."""
+    may, so `{name}-{split}.tfrecord-…` alone cannot tell `a-test` from `test`. The splits such
+    a manifest lists without shards (no records) are added to `empty_splits`."""
     folder, _, name = file.rpartition("/")
     if folder not in manifests:
         try:
@@ -363,6 +371,7 @@ def _split_of(file: str, manifests: dict[str, dict[str, str]]) -> str | None:
         manifests[folder] = {
             shard.file: split for split, info in splits.items() for shard in info.shards
         }
+        empty_splits.update(split for split, info in splits.items() if not info.shards)
     listed = manifests[folder].get(name)
     return listed if listed is not None else split_of(file)
 

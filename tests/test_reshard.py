@@ -561,3 +561,25 @@ def test_a_fifo_and_a_socket_are_quarantined_and_links_to_folders_counted(tmp_pa
     kinds = sorted((e["source"]["path"].rsplit("/", 1)[-1], e["error"]) for e in read_errors(out))
     assert kinds == [("pipe.tfrecord", "NotARegularFile"), ("socket.tfrecord", "NotARegularFile")]
     assert manifest["errors"]["count"] == 2 and manifest["num_inputs"] == 10
+
+
+def test_an_empty_split_of_a_recordforge_input_is_kept(tmp_path):
+    # A split its manifest lists with no records has no files, so reshard never saw it: the
+    # output had no `eval` split, and load(out, "eval") failed where it had read none.
+    records = examples(20, 8)
+    artifact = tmp_path / "examples"
+    write_tfrecords(artifact / "Split-train" / "data_tfrecord-00000-of-00001", records)
+    write_tfrecords(artifact / "Split-eval" / "data_tfrecord-00000-of-00001", [])
+    first = tmp_path / "first"
+    done = run_cli("reshard", artifact, "--output", first)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((first / "dataset_info.json").read_text())["splits"]["eval"]["shards"] == []
+    again = tmp_path / "again"
+    done = run_cli("reshard", first, "--output", again)
+    assert done.returncode == 0, done.stderr
+    splits = json.loads((again / "dataset_info.json").read_text())["splits"]
+    assert {name: split["num_records"] for name, split in splits.items()} == {
+        "eval": 0,
+        "train": 20,
+    }
+    assert list(recordforge.load(again, "eval")) == []
