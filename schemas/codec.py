@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from recordforge.schemas import recordforge_example_pb2 as example_pb2
 
 Example = example_pb2.Example
@@ -42,6 +44,19 @@ def serialize(example: Example) -> bytes:
 def parse(data: bytes) -> Example:
     """Parse serialized Example bytes."""
     return Example.FromString(data)
+
+
+def foreign_fields(example: Example) -> tuple[tuple[int, int], ...]:
+    """(number, wire type) of each field a parsed record holds that tf.train.Example does not
+    have, sorted.
+
+    protobuf parses any message whose field 1 looks like Example's `features` as an Example and
+    keeps the rest aside: a tf.train.SequenceExample parses so, its `feature_lists` (field 2)
+    set aside, as TensorFlow's parser skips them too.
+    """
+    return tuple(
+        sorted({(field.field_number, field.wire_type) for field in UnknownFieldSet(example)})
+    )
 
 
 class ExampleEncoder:

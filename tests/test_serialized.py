@@ -58,6 +58,49 @@ def test_a_block_holds_the_records_as_given_sized_keyed_and_split():
     assert {"train", "test"} <= {ref.split for ref in refs}
 
 
+def test_sequence_examples_and_records_with_foreign_fields_are_not_examples():
+    # protobuf (and TensorFlow's parser) read a SequenceExample as an Example of its context
+    # features, its feature_lists set aside: they were kept as Examples, and the dataset's spec
+    # had no word of the sequences.
+    import tensorflow as tf
+
+    sequence = tf.train.SequenceExample()
+    sequence.context.feature["id"].int64_list.value.append(7)
+    sequence.feature_lists.feature_list["frames"].feature.add().float_list.value.extend([1, 2])
+    context_only = tf.train.SequenceExample()
+    context_only.context.feature["id"].int64_list.value.append(7)
+    extra_varint = example(id=("int64", [7])) + b"\x18\x01"  # field 3, a varint
+    for records in (
+        [sequence.SerializeToString()],
+        [extra_varint],
+        [example(id=("int64", [7]))] * 3,
+    ):
+        builder = SerializedRecords((("train", 1.0),), "s", {})
+        for data in records:
+            builder.add(data, None, "it")
+        batch, failed = builder.take()
+        if records[0] == extra_varint:
+            assert [e.message for _, e in failed] == [
+                "the record is not a tf.train.Example: it holds fields an Example does not have "
+                "(numbered 3), which would be lost"
+            ]
+        elif len(records) == 1:
+            assert batch is None or batch.num_rows == 0
+            assert [(e.kind, e.message) for _, e in failed] == [
+                (
+                    "NotAnExample",
+                    "the record is a tf.train.SequenceExample (it has feature_lists), not a "
+                    "tf.train.Example",
+                )
+            ]
+        else:
+            assert batch.num_rows == 3 and not failed
+    # A SequenceExample of context alone has the bytes of an Example: nothing is lost.
+    builder = SerializedRecords((("train", 1.0),), "s", {})
+    builder.add(context_only.SerializeToString(), None, "it")
+    assert builder.take()[0].num_rows == 1
+
+
 def test_records_that_are_not_examples_or_disagree_with_the_schema_fail_with_their_origin():
     types = {"age": FeatureType("int64"), "tags": FeatureType("bytes", (2,))}
     builder = SerializedRecords((("train", 1.0),), "s", types)

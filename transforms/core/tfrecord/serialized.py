@@ -120,13 +120,17 @@ class SerializedRecords:
     def _parsed_facts(self, data: bytes) -> tuple[FeatureFacts, InputError | None]:
         """A record's facts, read by protobuf, and why it cannot be used (None if it can)."""
         try:
-            facts = codec.feature_facts(codec.parse(data))
+            example = codec.parse(data)
         except DecodeError:
             # protobuf's message names recordforge's own copy of the type, not the user's.
             error = InputError(
                 "NotAnExample", "the record's bytes do not parse as a tf.train.Example"
             )
             return (), error
+        foreign = codec.foreign_fields(example)
+        if foreign:
+            return (), _not_an_example(foreign)
+        facts = codec.feature_facts(example)
         return facts, self._problem(facts)
 
     def _problem(self, facts: FeatureFacts) -> InputError | None:
@@ -137,6 +141,21 @@ class SerializedRecords:
         except InputError as error:
             return error
         return None
+
+
+_FEATURE_LISTS = (2, 2)  # SequenceExample's field 2, length-delimited
+
+
+def _not_an_example(foreign: Sequence[tuple[int, int]]) -> InputError:
+    if tuple(foreign) == (_FEATURE_LISTS,):
+        what = "a tf.train.SequenceExample (it has feature_lists), not a tf.train.Example"
+    else:
+        numbers = ", ".join(sorted({str(number) for number, _ in foreign}, key=int))
+        what = (
+            f"not a tf.train.Example: it holds fields an Example does not have (numbered "
+            f"{numbers}), which would be lost"
+        )
+    return InputError("NotAnExample", f"the record is {what}")
 
 
 def check_types(facts: FeatureFacts, types: Mapping[str, FeatureType]) -> None:
