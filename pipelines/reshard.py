@@ -320,7 +320,10 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
                 continue
             if identity is not None:
                 reached.add(identity)
-            split = None if hashed else _split_of(file, manifests, empty_splits)
+            # The input's own folder and those below it may name a split, not those above.
+            base = (root or file.rsplit("/", 1)[0]).rstrip("/").rpartition("/")[0]
+            placed = relative_path(file, base)
+            split = None if hashed else _split_of(file, placed, manifests, empty_splits)
             if split is not None and not is_valid_split_name(split):
                 raise UsageError(
                     f"{file} is in split {split!r}, which cannot name shard files "
@@ -356,10 +359,11 @@ def _local_identity(file: str) -> tuple[int, int] | None:
 
 
 def _split_of(
-    file: str, manifests: dict[str, dict[str, str]], empty_splits: set[str]
+    file: str, placed: str, manifests: dict[str, dict[str, str]], empty_splits: set[str]
 ) -> str | None:
     """The split of a TFRecord input: the one the recordforge manifest beside it lists it in,
-    else the one its path names (`split_of`). A split name may hold '-', as a dataset's name
+    else the one `placed` (its path from the folder above the input it was found under)
+    names (`split_of`). A split name may hold '-', as a dataset's name
     may, so `{name}-{split}.tfrecord-…` alone cannot tell `a-test` from `test`. The splits such
     a manifest lists without shards (no records) are added to `empty_splits`."""
     folder, _, name = file.rpartition("/")
@@ -373,7 +377,7 @@ def _split_of(
         }
         empty_splits.update(split for split, info in splits.items() if not info.shards)
     listed = manifests[folder].get(name)
-    return listed if listed is not None else split_of(file)
+    return listed if listed is not None else split_of(placed)
 
 
 def check_apart(output: str, given: str, root: str | None, files: Sequence[str]) -> None:

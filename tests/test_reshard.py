@@ -583,3 +583,24 @@ def test_an_empty_split_of_a_recordforge_input_is_kept(tmp_path):
         "train": 20,
     }
     assert list(recordforge.load(again, "eval")) == []
+
+
+def test_only_the_inputs_own_folder_and_those_below_it_name_a_split(tmp_path):
+    # A `Split-*` folder above the given input named the split of every file below it.
+    records = examples(12, 9)
+    above = tmp_path / "Split-archive" / "in"
+    write_tfrecords(above / "a.tfrecord", records[:6])
+    artifact = tmp_path / "artifact"
+    write_tfrecords(artifact / "Split-eval" / "data_tfrecord-00000-of-00001", records[6:])
+    cases = {
+        "above": ((above,), {"train": 6}),
+        "split folder given": ((artifact / "Split-eval",), {"eval": 6}),
+        "file given": ((artifact / "Split-eval" / "data_tfrecord-00000-of-00001",), {"eval": 6}),
+    }
+    for case, (given, splits) in cases.items():
+        out = tmp_path / f"out-{case.replace(' ', '-')}"
+        done = run_cli("reshard", *given, "--output", out)
+        assert done.returncode == 0, (case, done.stderr)
+        manifest = json.loads((out / "dataset_info.json").read_text())
+        found = {name: split["num_records"] for name, split in manifest["splits"].items()}
+        assert found == splits, case

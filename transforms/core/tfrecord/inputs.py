@@ -34,7 +34,8 @@ class TFRecordInput(NamedTuple):
 
 
 def split_of(relative: str) -> str | None:
-    """The split a file's path names, relative to the input it was found under: the nearest
+    """The split a file's path names, relative to the folder above the input it was found
+    under (the input's own folder name counts, the folders above it do not): the nearest
     `Split-{split}` folder (TFX ExampleGen), else a shard name `{name}-{split}.tfrecord-…`
     (recordforge, TensorFlow Datasets); None when it names none."""
     folders, _, name = relative.rpartition("/")
