@@ -194,6 +194,20 @@ def test_tf_train_example_objects_are_written_as_their_serialized_bytes(tmp_path
     assert sorted(int(row["w"] * 2) for row in loaded.as_numpy_iterator()) == list(range(200))
 
 
+def test_an_empty_pcollection_gives_a_train_split_of_no_records(tmp_path):
+    # Records without a split are train, but with no record at all the manifest listed no
+    # split, and load(out, "train") failed: unknown split.
+    out = tmp_path / "out"
+    with fn_api_pipeline() as pipeline:
+        _ = pipeline | beam.Create([]) | recordforge.WriteDataset(str(out))
+    manifest = json.loads((out / "dataset_info.json").read_text())
+    assert manifest["splits"] == {
+        "train": {"num_records": 0, "num_bytes": 0, "num_shards": 0, "shards": []}
+    }
+    assert list(recordforge.iterate(str(out), "train")) == []
+    assert run_cli("verify", out).returncode == 0
+
+
 def test_write_dataset_and_reshard_write_the_same_shards_from_the_same_records(tmp_path):
     records = [
         codec.serialize(codec.build_example({"i": ("int64", [i]), "b": ("bytes", [b"z" * i])}))

@@ -73,9 +73,10 @@ def build_layouts(
     totals: Mapping[str, np.ndarray], config: ShardingConfig, splits: Sequence[str]
 ) -> dict[str, SplitLayout]:
     """{split: SplitLayout} from {split: (3, NUM_BUCKETS) totals}; every configured split
-    included."""
+    included, and `train` when none is configured and no record came (records without a
+    split are `train`: an empty dataset has that split, with no records)."""
     empty = np.zeros((3, NUM_BUCKETS), dtype=np.int64)
-    names = sorted(set(splits) | set(totals))
+    names = sorted(set(splits) | set(totals)) or ["train"]
     return {split: layout_from_totals(totals.get(split, empty), config) for split in names}
 
 
