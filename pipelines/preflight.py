@@ -184,6 +184,28 @@ def resolve_sources(given: Sequence[str], *, follow_symlinks: bool = False) -> t
     return tuple(sources)
 
 
+# A file named on its own with one of these suffixes was meant as a table, not as an image.
+_TABLES_NOT_READ = (
+    ".tsv",
+    ".tab",
+    ".txt",
+    ".psv",
+    ".json",
+    ".jsonl",
+    ".ndjson",
+    ".parquet",
+    ".xlsx",
+    ".xls",
+    ".csv.bz2",
+    ".csv.xz",
+    ".csv.zst",
+    ".csv.zip",
+    ".zip",
+    ".tsv.gz",
+    ".txt.gz",
+)
+
+
 def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
     typed, split = split_source_argument(argument, follow_symlinks)
     path = normalize_path(typed)
@@ -199,6 +221,11 @@ def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
         source = Source(index, kind, path, glob_root(path), raw)
     elif _is_file(path):
         kind = "csv" if is_csv(path) else "images"
+        if kind == "images" and path.lower().endswith(_TABLES_NOT_READ):
+            raise UsageError(
+                f"input {raw!r} is named as a table, and tables are read from CSV files only "
+                "(.csv, .csv.gz, comma-separated); convert it to CSV first"
+            )
         source = Source(index, kind, path, path.rsplit("/", 1)[0], raw)
     elif _has_visible_files(path.rstrip("/"), follow_symlinks):
         folder = path.rstrip("/")

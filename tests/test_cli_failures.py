@@ -64,6 +64,7 @@ def small_folder(tmp_path):
         (["convert", "{folder}", "-o", "{out}*"], ["'*' in its path"]),
         (["reshard", "{folder}", "-o", "{out}?"], ["'?' in its path"]),
         (["convert", "{folder}", "{csv}", "-o", "{out}"], ["cannot be mixed"]),
+        (["convert", "{tsv}", "-o", "{out}"], ["named as a table", "CSV files only"]),
         (["plan", "{missing}"], ["input not found"]),
     ],
 )
@@ -74,6 +75,7 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
     (tmp_path / "only_hidden").mkdir()
     (tmp_path / "only_hidden" / ".DS_Store").write_bytes(b"x")
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "data.tsv").write_text("a\tb\n1\t2\n")  # was one NotAnImage, its run failed
     values = {
         "missing": tmp_path / "nope",
         "empty": tmp_path / "empty",
@@ -81,6 +83,7 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
         "folder": small_folder,
         "out": tmp_path / "out",
         "csv": tmp_path / "data.csv",
+        "tsv": tmp_path / "data.tsv",
     }
     before = _tree(tmp_path)
     result = cli(*[a.format(**values) for a in args])
