@@ -30,7 +30,7 @@ from recordforge.pipelines.inspection.checks import (
     check_totals,
     check_unlisted,
 )
-from recordforge.schemas.features import DTYPES
+from recordforge.schemas.features import DTYPES, IMAGE_ENCODED
 from recordforge.schemas.manifest import ShardInfo
 from recordforge.transforms.core.errors import UsageError
 from recordforge.transforms.core.files.paths import has_scheme
@@ -56,7 +56,8 @@ class VerifyReport:
         folder: the dataset folder.
         manifest_file: the manifest's name in it (dataset_info.json, or recordforge.json).
         compression: "none" or "gzip" (then record offsets are in the uncompressed stream).
-        deep: whether images were decoded.
+        deep: whether images were decoded (--deep).
+        images: whether the dataset has images (an `image/encoded` feature) to decode.
         findings: every finding counted; at most max_per_file per file listed.
         shards: shards opened and read.
         records: records framed in them (sound or not).
@@ -75,6 +76,7 @@ class VerifyReport:
     bytes: int = 0
     files: int = 0
     seconds: float = 0.0
+    images: bool = True
 
     @property
     def ok(self) -> bool:
@@ -124,7 +126,12 @@ def verify_dataset(
     dataset = open_dataset(folder)
     manifest = dataset.manifest
     report = VerifyReport(
-        dataset.folder, dataset.manifest_file, manifest.compression, deep, Findings(max_per_file)
+        dataset.folder,
+        dataset.manifest_file,
+        manifest.compression,
+        deep,
+        Findings(max_per_file),
+        images=IMAGE_ENCODED in manifest.features,
     )
     for key, spec in manifest.features.items():
         if spec.dtype not in DTYPES:
@@ -296,7 +303,8 @@ def format_report(report: VerifyReport) -> list[str]:
         f"checked {report.shards:,} shard{'s' if report.shards != 1 else ''}, "
         f"{report.records:,} record{'s' if report.records != 1 else ''}, "
         f"{human_size(report.bytes)}"
-        + (" with images decoded" if report.deep else "")
+        + (" with images decoded" if report.deep and report.images else "")
+        + (" (--deep: no images to decode)" if report.deep and not report.images else "")
         + f" in {report.seconds:.1f} s"
     )
     warnings = (

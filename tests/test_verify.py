@@ -166,6 +166,18 @@ def test_a_good_dataset_passes(converted, cli):
         )
 
 
+def test_deep_says_what_it_decoded(converted, tmp_path, cli):
+    # On a table, --deep said "with images decoded": it had none to decode.
+    assert "with images decoded in " in cli("verify", converted, "--deep").stdout
+    table = tmp_path / "t.csv"
+    table.write_text("a,b\n1,x\n2,y\n")
+    out = tmp_path / "table"
+    assert cli("convert", table, "-o", out).returncode == 0
+    (line,) = cli("verify", out, "--deep").stdout.splitlines()
+    assert line.startswith("OK: checked 1 shard, 2 records, ")
+    assert "images decoded" not in line and "(--deep: no images to decode)" in line
+
+
 def test_a_flipped_payload_byte_is_a_data_crc_finding_and_later_records_are_checked(dataset, cli):
     first = shards(dataset)[0]
     path = dataset / first["file"]
