@@ -116,12 +116,64 @@ def load(
             raise UsageError(f"{dataset.folder} has no {IMAGE_ENCODED} feature to decode")
 
         def decode(example):
-            pixels = tf.io.decode_image(
-                example[IMAGE_ENCODED], channels=image_channels, expand_animations=False
-            )
+            pixels = decode_image(tf, example[IMAGE_ENCODED], image_channels)
             return {**example, DECODED_IMAGE: pixels}
 
         examples = examples.map(
             decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
         )
     return examples.apply(tf.data.experimental.assert_cardinality(split_info.num_records))
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def decode_image(tf, encoded, channels: int):
+    """An image's pixels (uint8, [height, width, channels]; 0: as stored), first frame.
+
+    TensorFlow's decoders convert between channel counts only in part: PNG always, a JPEG
+    to 1 or 3 (not a CMYK one to 1), a BMP to 3 or 4, a GIF or WebP not at all. Those convert
+    themselves; the others are decoded as stored and converted here: grey repeated for RGB,
+    an opaque alpha added, alpha dropped, RGB made grey by tf.image.rgb_to_grayscale.
+    """
+    if channels == 0:
+        return tf.io.decode_image(encoded, channels=0, expand_animations=False)
+    is_png = tf.equal(tf.strings.substr(encoded, 0, len(_PNG_SIGNATURE)), _PNG_SIGNATURE)
+    if channels == 4:
+        converts = is_png
+    else:
+        converts = tf.logical_or(
+            is_png,
+            tf.cond(
+                tf.io.is_jpeg(encoded),
+                lambda: tf.io.extract_jpeg_shape(encoded)[2] != 4,  # not CMYK
+                lambda: tf.constant(False),
+            ),
+        )
+
+    def as_stored_then_converted():
+        pixels = tf.io.decode_image(encoded, channels=0, expand_animations=False)
+        stored = tf.shape(pixels)[2]
+        rgb = tf.cond(
+            stored >= 3, lambda: pixels[:, :, :3], lambda: tf.tile(pixels[:, :, :1], [1, 1, 3])
+        )
+        if channels == 3:
+            return rgb
+        if channels == 1:
+            return tf.cond(
+                stored <= 2, lambda: pixels[:, :, :1], lambda: tf.image.rgb_to_grayscale(rgb)
+            )
+        alpha = tf.cond(
+            tf.equal(stored % 2, 0),  # 2 (grey and alpha) or 4
+            lambda: pixels[:, :, -1:],
+            lambda: tf.fill(tf.concat([tf.shape(pixels)[:2], [1]], 0), tf.constant(255, tf.uint8)),
+        )
+        return tf.concat([rgb, alpha], axis=2)
+
+    pixels = tf.cond(
+        converts,
+        lambda: tf.io.decode_image(encoded, channels=channels, expand_animations=False),
+        as_stored_then_converted,
+    )
+    pixels.set_shape([None, None, channels])
+    return pixels

@@ -106,6 +106,57 @@ def test_load_decodes_images_and_matches_the_source_pixels(converted):
     assert seen == 8
 
 
+def test_load_gives_every_image_the_channels_asked_for(tmp_path):
+    # TensorFlow's WebP, GIF and BMP decoders (and a CMYK JPEG's) refuse some channel counts:
+    # load(..., image_channels=3) stopped mid-epoch on a WebP with alpha, 1 on a BMP or a GIF.
+    import io
+
+    import tensorflow as tf
+    from conftest import run_cli
+    from PIL import Image
+
+    rng = np.random.RandomState(3)
+    rgba = Image.fromarray((rng.rand(6, 9, 4) * 255).astype("uint8"), "RGBA")
+    variants = {
+        "alpha.webp": (rgba, "WEBP", {"lossless": True}),
+        "grey.webp": (rgba.convert("L"), "WEBP", {"lossless": True}),
+        "palette.bmp": (rgba.convert("RGB").convert("P"), "BMP", {}),
+        "rgba.bmp": (rgba, "BMP", {}),
+        "frame.gif": (rgba.convert("RGB"), "GIF", {}),
+        "cmyk.jpg": (rgba.convert("CMYK"), "JPEG", {"quality": 95}),
+        "rgb.jpg": (rgba.convert("RGB"), "JPEG", {"quality": 95}),
+        "grey-alpha.png": (rgba.convert("LA"), "PNG", {}),
+        "rgba.png": (rgba, "PNG", {}),
+    }
+    stored = {}
+    for name, (image, fmt, options) in variants.items():
+        data = io.BytesIO()
+        image.save(data, fmt, **options)
+        (tmp_path / "in" / "all").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "in" / "all" / name).write_bytes(data.getvalue())
+        stored[name] = tf.io.decode_image(data.getvalue(), expand_animations=False).numpy()
+    out = tmp_path / "out"
+    done = run_cli("convert", tmp_path / "in", "-o", out)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "dataset_info.json").read_text())["num_records"] == len(variants)
+    for channels in (1, 3, 4):
+        pixels = {
+            example["image/filename"].numpy().decode().split("/")[-1]: example["image"].numpy()
+            for example in load(str(out), decode_images=True, image_channels=channels)
+        }
+        assert sorted(pixels) == sorted(variants)
+        for name, image in pixels.items():
+            assert image.shape == (6, 9, channels), (name, channels)
+            source = stored[name]
+            if channels == 3:  # the stored colours, alpha dropped or grey repeated
+                expected = (
+                    source[:, :, :3] if source.shape[2] >= 3 else np.repeat(source[:, :, :1], 3, 2)
+                )
+                assert np.array_equal(image, expected), (name, channels)
+            if channels == 4 and source.shape[2] in (2, 4):  # the stored alpha kept
+                assert np.array_equal(image[:, :, 3], source[:, :, -1]), (name, channels)
+
+
 def test_load_shuffles_files_per_seed_and_keeps_every_record(converted):
     out = str(converted["plain"])
 
