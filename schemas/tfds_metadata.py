@@ -168,8 +168,8 @@ def image_shape(images: ImageFacts) -> tuple[tuple[int | None, int | None, int],
     channels = next(iter(images.channels)) if len(images.channels) == 1 else _MIXED_CHANNELS
     if channels == _GREY_WITH_ALPHA:
         channels = _AS_RGBA
-    if channels not in _CHANNELS[encoding]:
-        channels = _MIXED_CHANNELS
+    if channels not in _CHANNELS[encoding] or (channels == 1 and "bmp" in formats):
+        channels = _MIXED_CHANNELS  # TensorFlow decodes a BMP to 0, 3 or 4 channels only
     height, width = (_only(span) for span in (images.heights, images.widths))
     return (height, width, channels), encoding
 

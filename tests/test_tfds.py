@@ -168,6 +168,25 @@ def test_grey_images_with_alpha_are_decoded_by_tfds_as_rgba(tmp_path, cli):
         assert (pixels[..., 0] == pixels[..., 1]).all() and (pixels[..., 3] == 200).all()
 
 
+def test_grey_images_with_a_palette_bmp_are_decoded_by_tfds(tmp_path, cli):
+    # features.json declared 1 channel, and TFDS's decode_image(channels=1) refuses a BMP.
+    import numpy as np
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    grey = Image.fromarray(np.arange(64, dtype=np.uint8).reshape(8, 8), "L")
+    (tmp_path / "in" / "a").mkdir(parents=True)
+    (tmp_path / "in" / "b").mkdir()
+    grey.save(tmp_path / "in" / "a" / "grey.jpg")
+    grey.convert("RGB").convert("P").save(tmp_path / "in" / "b" / "palette.bmp")
+    out = tmp_path / "out"
+    result = cli("convert", tmp_path / "in", "-o", out, "--tfds")
+    assert result.returncode == 0, result.stderr
+    builder = tfds.builder_from_directory(str(out))
+    decoded = [example["image/encoded"].numpy() for example in builder.as_dataset(split="train")]
+    assert [pixels.shape for pixels in decoded] == [(8, 8, 3)] * 2
+
+
 def test_gif_and_webp_images_stay_bytes_but_keep_their_labels(tmp_path, cli):
     import tensorflow_datasets as tfds
 
@@ -293,6 +312,8 @@ def facts(*images: tuple[str, int, int, int]) -> ImageFacts:
         ([("jpeg", 1, 5, 5), ("png", 4, 5, 6), ("bmp", 3, 5, 5)], (None, 5, 3), None),
         ([("jpeg", 4, 8, 8)], (8, 8, 3), "jpeg"),  # CMYK JPEG: TFDS's JPEG Image has 1 or 3
         ([("bmp", 3, 8, 8)], (8, 8, 3), None),
+        # Every image grey, one a palette BMP: TensorFlow decodes no BMP to 1 channel.
+        ([("jpeg", 1, 8, 8), ("bmp", 1, 8, 8)], (8, 8, 3), None),
     ],
 )
 def test_the_image_shape_tfds_decodes_to(images, shape, encoding):
