@@ -90,6 +90,33 @@ def test_an_8_bit_bmp_keeps_its_palettes_colours_whatever_it_is_encoded_to(tf):
             assert abs(colour - expected).max() < 4, (encode, colour, expected)
 
 
+@pytest.mark.parametrize(("source", "box"), [((1000, 15), (32, 32)), ((2, 20000), (10, 10))])
+def test_pad_keeps_a_side_that_would_round_to_no_pixels_at_one(source, box):
+    # ImageOps.pad rounded the 1000x15 line's height to 0 inside 32x32, and Pillow's refusal
+    # to resize to it was reported as "the JPEG file cannot be decoded" (CorruptImage).
+    data = _image(fmt="PNG", size=source)
+    padded = Image.open(io.BytesIO(preprocess(data, Preprocessing(size=box, mode="pad"))))
+    assert padded.size == box
+    pixels = np.asarray(padded.convert("RGB")).astype(int)
+    lines = pixels.max(axis=(1, 2)) if source[0] > source[1] else pixels.max(axis=(0, 2))
+    assert (lines > 100).sum() == 1 and (lines < 16).sum() == len(lines) - 1  # one line kept
+
+
+def test_pad_gives_the_bytes_it_gave_for_images_pillow_fits():
+    # The same bytes as ImageOps.pad wherever it works: the outputs of unchanged inputs stay.
+    from PIL import ImageOps
+
+    for size, box in (((200, 50), (40, 40)), ((50, 200), (40, 40)), ((90, 60), (30, 20))):
+        image = Image.open(io.BytesIO(_image(fmt="PNG", size=size))).convert("RGB")
+        expected = ImageOps.pad(image, box, method=Image.Resampling.LANCZOS, color=0)
+        got = Image.open(
+            io.BytesIO(
+                preprocess(_image(fmt="PNG", size=size), Preprocessing(size=box, mode="pad"))
+            )
+        )
+        assert np.array_equal(np.asarray(got.convert("RGB")), np.asarray(expected)), size
+
+
 def test_crop_keeps_the_center_and_pad_keeps_everything():
     source = _image(size=(200, 50))  # left half red, right half green
     cropped = Image.open(io.BytesIO(preprocess(source, Preprocessing(size=(20, 20)))))

@@ -305,9 +305,30 @@ def _resized(
     if preprocessing.size is None:
         return image.resize((width, height), _FILTER)
     if preprocessing.mode == "pad":
-        # An explicit colour: without one Pillow leaves the padding uninitialised.
-        return ImageOps.pad(image, (width, height), method=_FILTER, color=0)
+        return _padded(image, (width, height))
     return ImageOps.fit(image, (width, height), method=_FILTER)
+
+
+def _padded(image: Image.Image, size: tuple[int, int]) -> Image.Image:
+    """`image` fitted inside `size` and centred on black, as ImageOps.pad does; a side that
+    ImageOps.contain would round to 0 pixels (a 1000×15 line into 32×32), which Pillow then
+    cannot resize to, is kept at 1 pixel."""
+    width, height = size
+    ratio, target_ratio = image.width / image.height, width / height
+    if ratio > target_ratio and round(image.height / image.width * width) == 0:
+        inner = (width, 1)
+    elif ratio < target_ratio and round(image.width / image.height * height) == 0:
+        inner = (1, height)
+    else:
+        # An explicit colour: without one Pillow leaves the padding uninitialised.
+        return ImageOps.pad(image, size, method=_FILTER, color=0)
+    resized = image.resize(inner, _FILTER)
+    padded = Image.new(image.mode, size, 0)
+    palette = resized.getpalette() if resized.palette else None
+    if palette is not None:
+        padded.putpalette(palette)
+    padded.paste(resized, (round((width - inner[0]) / 2), round((height - inner[1]) / 2)))
+    return padded
 
 
 def _save_options(fmt: str, quality: int | None) -> dict:
