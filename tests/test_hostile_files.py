@@ -127,6 +127,11 @@ def test_file_names_that_are_not_utf8_are_converted_and_shown_escaped(tmp_path, 
     plan = cli("plan", root, "--json")
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["num_inputs"] == 3
+    # plan showed the pipeline's own form of the name, a NUL and hex ("broken\x00ff.jpg").
+    (shown,) = json.loads(plan.stdout)["unusable"]["NotAnImage"]["first"]
+    assert shown["path"].endswith("cat/broken\\xff.jpg"), shown
+    text = cli("plan", root).stdout
+    assert "cat/broken\\xff.jpg: " in text and "\\x00" not in text, text
 
 
 def _without_privileges(command: list[str]) -> subprocess.CompletedProcess:

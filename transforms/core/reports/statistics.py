@@ -14,6 +14,7 @@ import collections
 from collections.abc import Iterable, Mapping, Sequence
 
 from recordforge.schemas import features as keys
+from recordforge.transforms.core.files.filenames import display
 from recordforge.transforms.core.records import ErrorRecord
 from recordforge.transforms.core.reports.summary import HISTOGRAM_BINS, LABEL_KEYS, format_bytes
 
@@ -228,7 +229,13 @@ class ErrorSample:
             kind: {
                 "count": counts[kind],
                 "first": [
-                    {"path": e.path, "row": e.row, "stage": e.stage, "message": e.message}
+                    # Escaped as the errors files show them (core.files.filenames).
+                    {
+                        "path": display(e.path),
+                        "row": e.row,
+                        "stage": e.stage,
+                        "message": display(e.message),
+                    }
                     for e in self.first.get(kind, ())
                 ],
             }
