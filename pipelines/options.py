@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 
 from recordforge.pipelines import preflight
-from recordforge.pipelines.source_splits import resolve_source_splits
+from recordforge.pipelines.source_splits import check_class_names, resolve_source_splits
 from recordforge.pipelines.tables import StagedTable
 from recordforge.transforms.convert import ConvertConfig
 from recordforge.transforms.core.errors import UsageError
@@ -471,6 +471,8 @@ def build_config(
             drop_index=args.drop_index,
         )
     else:
+        if args.labels != "none":
+            check_class_names(sources, follow_symlinks=args.follow_symlinks)
         for option, value in (
             ("--image-column", args.image_column),
             ("--label-column", args.label_column),

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recordforge.transforms.core.errors import UsageError
-from recordforge.transforms.core.files.filenames import from_os, to_os
+from recordforge.transforms.core.files.filenames import display, from_os, to_os
 from recordforge.transforms.core.files.paths import has_scheme, is_hidden, relative_path
 from recordforge.transforms.core.files.walk import is_glob
 from recordforge.transforms.core.planning.splits import (
@@ -114,6 +114,34 @@ def resolve_source_splits(
         | {split for s in resolved for _, split in s.split_folders}
     )
     return SourceSplits(tuple(resolved), splits, _note(resolved, sorted(how)), _by_source(resolved))
+
+
+def check_class_names(sources: Sequence[Source], follow_symlinks: bool = False) -> None:
+    """Refuse class folders of one local source whose names are shown alike.
+
+    A class is named by its folder's name as shown (core.files.filenames.display: a byte that
+    is not UTF-8 as `\\xf6`), so a folder named `d<0xf6>g` and one literally named `d\\xf6g`
+    would be one class.
+
+    Raises:
+        UsageError: naming both folders.
+    """
+    for source in sources:
+        if not _is_folder_source(source) or has_scheme(source.root):
+            continue
+        parents = [source.root + "/" + folder for folder, _ in source.split_folders] or [
+            source.root
+        ]
+        for parent in parents:
+            shown: dict[str, str] = {}
+            for name in _first_level_folders(parent, follow_symlinks):
+                other = shown.setdefault(display(name), name)
+                if other != name:
+                    raise UsageError(
+                        f"input {source.given!r}: two class folders are both shown as "
+                        f"{display(name)!r} (one name is not UTF-8, the other spells its "
+                        "escape), so their images would be one class: rename one"
+                    )
 
 
 def _is_folder_source(source: Source) -> bool:

@@ -134,6 +134,23 @@ def test_file_names_that_are_not_utf8_are_converted_and_shown_escaped(tmp_path, 
     assert "cat/broken\\xff.jpg: " in text and "\\x00" not in text, text
 
 
+def test_class_folders_shown_alike_are_refused_not_merged(tmp_path, cli):
+    # `d<0xf6>g` and a folder literally named `d\xf6g` were one class, without a word.
+    root = tmp_path / "photos"
+    make_image(root / "d\\xf6g" / "1.jpg", "JPEG", seed=1)
+    os.makedirs(os.path.join(os.fsencode(root), b"d\xf6g"))
+    with open(os.path.join(os.fsencode(root), b"d\xf6g", b"2.jpg"), "wb") as f:
+        f.write(make_image(tmp_path / "g.jpg", "JPEG", seed=2))
+    result = cli("convert", root, "-o", tmp_path / "out")
+    assert result.returncode == 2, result.stderr
+    assert "two class folders are both shown as 'd\\\\xf6g'" in result.stderr
+    assert not (tmp_path / "out").exists()
+    # Without labels the names do not matter: both images convert.
+    result = cli("convert", root, "-o", tmp_path / "out", "--labels", "none")
+    assert result.returncode == 0, result.stderr
+    assert _manifest(tmp_path / "out")["num_records"] == 2
+
+
 def _without_privileges(command: list[str]) -> subprocess.CompletedProcess:
     """Run a command for which permission bits count: root reads every folder, whatever its
     mode, unless it runs in a user namespace of its own, where its capabilities stop at files
