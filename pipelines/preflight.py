@@ -54,14 +54,14 @@ from recordforge.transforms.core.files.paths import (
     is_hidden,
     relative_path,
 )
-from recordforge.transforms.core.files.walk import is_glob
+from recordforge.transforms.core.files.walk import FILE, PROBLEM, is_glob
 from recordforge.transforms.core.records import CsvRoles, Source
 from recordforge.transforms.core.tables.stream import (
     CsvReadFailure,
     read_sample,
     read_stream_piece,
 )
-from recordforge.transforms.listing import list_files
+from recordforge.transforms.listing import list_entries, list_files
 from recordforge.transforms.remote_reads import open_csv, open_file
 from recordforge.transforms.storage_errors import STORAGE_ERRORS
 
@@ -262,9 +262,19 @@ def _exists(path: str, follow_symlinks: bool) -> bool:
 
 
 def _has_visible_files(folder: str, follow_symlinks: bool = False) -> bool:
+    """Whether a folder holds a visible file, or something below it that is no file but must
+    be reported (a FIFO, a folder it cannot read: an error record, not an "empty" folder)."""
     # A bounded look: enough to tell an empty folder (or one of only .DS_Store) from a dataset.
-    found = list_files(folder + "/**", limit=1000, follow_symlinks=follow_symlinks)
-    return any(not is_hidden(relative_path(p, folder)) for p in found)
+    for number, entry in enumerate(
+        list_entries(folder + "/**", follow_symlinks=follow_symlinks, limit=1000)
+    ):
+        if number >= 1000:
+            break
+        if (entry.kind == PROBLEM and entry.path != folder) or (
+            entry.kind == FILE and not is_hidden(relative_path(entry.path, folder))
+        ):
+            return True
+    return False
 
 
 def _is_file(path: str) -> bool:

@@ -59,6 +59,19 @@ def test_fifos_sockets_and_devices_are_never_opened(tmp_path, cli):
     assert _manifest(out)["num_inputs"] == 7
 
 
+def test_a_folder_holding_only_a_fifo_is_an_error_record_not_empty(tmp_path, cli):
+    # It was refused as "input folder 'ff' is empty": the FIFO went unmentioned.
+    (tmp_path / "ff").mkdir()
+    os.mkfifo(tmp_path / "ff" / "x.jpg")
+    result = cli("convert", tmp_path / "ff", "-o", tmp_path / "out", timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert "all 1 inputs failed" in result.stderr and "is empty" not in result.stderr
+    errors = list((tmp_path / ".out.recordforge" / "errors").glob("*.jsonl"))
+    assert [json.loads(line)["error"] for line in errors[0].read_text().splitlines()] == [
+        "NotARegularFile"
+    ]
+
+
 def test_a_fifo_a_csv_row_names_is_not_opened(tmp_path, cli):
     make_image(tmp_path / "a.jpg", "JPEG")
     os.mkfifo(tmp_path / "fifo.jpg")
