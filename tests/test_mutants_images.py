@@ -384,7 +384,7 @@ def test_bmp_depths_tensorflow_cannot_decode(bits, words):
     assert bmp_refusal(bmp_head(4, 4, bits), 1000) == (
         "UnsupportedImageFormat",
         f"BMP files of {words} bits per pixel are not supported (TensorFlow decodes 8, 24 and "
-        "32); convert them to PNG",
+        "32, and --encode/--resize read a BMP as it does); convert them to PNG files first",
     )
 
 

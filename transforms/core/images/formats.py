@@ -206,7 +206,8 @@ def check_bmp_layout(head: bytes, size: int) -> None:
         raise InputError(
             "UnsupportedImageFormat",
             f"BMP files of {bits} bits per pixel are not supported (TensorFlow decodes 8, 24 "
-            "and 32); convert them to PNG",
+            "and 32, and --encode/--resize read a BMP as it does); convert them to PNG files "
+            "first",
         )
     if width <= 0 or height == 0 or offset < 0:
         raise InputError("CorruptImage", "the BMP file is corrupt: its header is impossible")
