@@ -453,11 +453,18 @@ def _print_summary(
             "  TFDS: a class name has a line break or leading or trailing spaces, which its "
             "labels file cannot hold: its ClassLabel has ids only (the manifest keeps the names)"
         )
+    followed = (manifest.get("options") or {}).get("follow_symlinks")
     skipped = [
         f"{source[key]:,} {words}"
         for key, words in (
             ("duplicate_files", "files reached a second time (converted once)"),
-            ("symlinked_folders_not_followed", "links to folders not followed"),
+            (
+                "symlinked_folders_not_followed",
+                # With --follow-symlinks, the links counted lead to folders already walked.
+                "links to folders already walked (a loop or a second way in)"
+                if followed
+                else "links to folders not followed",
+            ),
         )
         if source.get(key)
     ]

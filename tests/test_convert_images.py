@@ -208,6 +208,8 @@ def test_symlinked_files_are_followed_folders_only_when_asked_and_broken_links_r
     assert info["num_inputs"] == 4
     # The loop (cat/loop -> the dataset itself) leads to a folder walked already.
     assert info["source"]["symlinked_folders_not_followed"] == 1
+    # The summary said "links to folders not followed" though they were followed.
+    assert "skipped: 1 links to folders already walked" in result.stdout, result.stdout
 
 
 def test_the_summary_on_stdout_counts_the_failed_inputs(tmp_path, cli):
