@@ -38,7 +38,9 @@ from recordforge.transforms.core.errors import (
     UsageError,
     WorkerLost,
 )
+from recordforge.transforms.core.files.filenames import to_os
 from recordforge.transforms.core.files.naming import MANIFEST_FILE_BESIDE_TFDS
+from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.reports.summary import plural, printable
 from recordforge.transforms.internals import (
@@ -329,6 +331,13 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
 def _unchanged(output: str) -> str:
     if interrupted_commit(output) is not None:
         return f"its commit into {output} was interrupted: run the conversion again to finish it"
+    return _as_it_was(output)
+
+
+def _as_it_was(output: str) -> str:
+    """`OUT is as it was`; for a local folder that never existed, that it was not created."""
+    if not has_scheme(output) and not os.path.lexists(to_os(output)):
+        return f"{output} was not created"
     return f"{output} is as it was"
 
 
@@ -347,7 +356,7 @@ def _kept(prepared: output_folder.PreparedOutput) -> str:
         return f"its commit into {output} was cut short: run {again} to finish it"
     if output_folder.cleaned_up_after_commit(staging):
         return f"the new dataset is in place in {output}: the run was stopped after its commit"
-    return f"{output} is as it was; {output_folder.keep_resumable(staging, prepared.resumable)}"
+    return f"{_as_it_was(output)}; {output_folder.keep_resumable(staging, prepared.resumable)}"
 
 
 def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:
