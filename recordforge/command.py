@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from recordforge import lean_imports, worker_forks
 from recordforge.transforms.core.errors import Stopped, WorkerLost
@@ -41,7 +42,8 @@ def handle_stops() -> None:
     and Python then installs no handler); on Linux a blocked signal is queued even so, and a
     watcher thread takes it with sigwait. The watcher kills the workers (the runner, unwinding,
     would wait for them forever), then wakes the main thread with SIGUSR2, whose handler
-    raises Stopped. A second signal ends the program at once.
+    raises Stopped. A second signal ends the program at once (a repeat of the first within a
+    second is the same stop: GNU timeout signals its child, then its process group).
 
     A worker process that dies on its own (killed, out of memory) ends the run the same way,
     with WorkerLost: the runner may wait forever for the bundle it had.
@@ -61,9 +63,18 @@ def handle_stops() -> None:
     threading.Thread(target=_watch, name="recordforge-stops", daemon=True).start()
 
 
+# A repeat of the first stop signal this soon after it is the same stop, not a second one:
+# GNU timeout signals its child and then its whole process group, the child again.
+_SAME_STOP_SECONDS = 1.0
+
+
 def _watch() -> None:
+    first_taken = 0.0
     while True:
         signum = signal.sigwait(_STOP_SIGNALS)
+        if _received and signum == _received[0]:
+            if time.monotonic() - first_taken < _SAME_STOP_SECONDS:
+                continue
         if _received:
             print(
                 f"recordforge: stopped again by {Stopped(signum).name}; exiting at once",
@@ -73,6 +84,7 @@ def _watch() -> None:
             stop_worker_processes()
             os._exit(128 + signum)
         _received.append(signum)
+        first_taken = time.monotonic()
         _end_the_run()
 
 

@@ -421,8 +421,11 @@ def test_many_random_sigkills_of_multi_process_runs_leave_old_or_new(photos, tmp
         (signal.SIGTERM, False, ()),
         (signal.SIGINT, True, MULTI),
         (signal.SIGTERM, False, MULTI),
+        # GNU timeout signals its child, then its process group: the child twice. The second
+        # was taken for "stopped again" (exit at once, working folder and lock left).
+        (signal.SIGTERM, "twice", MULTI),
     ],
-    ids=["ctrl-c", "sigterm", "ctrl-c-2-workers", "sigterm-2-workers"],
+    ids=["ctrl-c", "sigterm", "ctrl-c-2-workers", "sigterm-2-workers", "sigterm-as-timeout"],
 )
 def test_a_stop_exits_with_one_line_keeps_the_staged_work_and_resume_finishes(
     photos, tmp_path, old, new, signum, group, extra
@@ -432,7 +435,11 @@ def test_a_stop_exits_with_one_line_keeps_the_staged_work_and_resume_finishes(
     process = _start(photos, out, *extra)
     assert _wait_for_parts(process, out, 2), process.communicate()[1]
     workers = _descendants(process.pid)
-    if group:
+    if group == "twice":
+        process.send_signal(signum)
+        time.sleep(0.01)  # after the watcher took the first
+        os.killpg(process.pid, signum)
+    elif group:
         os.killpg(process.pid, signum)
     else:
         process.send_signal(signum)
