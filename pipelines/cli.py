@@ -232,7 +232,8 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         stop = received_stop()  # Beam re-raises a Stopped raised inside a DoFn, wrapped
         if stop is not None:
             return _report_stop(stop, prepared)
-        return _report_failure(error, prepared)
+        if not _only_cleanup_failed(error, prepared):
+            return _report_failure(error, prepared)
     finally:
         prepared.release()
     dataset = open_dataset(output)
@@ -257,7 +258,8 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         stop = received_stop()
         if stop is not None:
             return _report_stop(stop, prepared)
-        return _report_failure(error, prepared)
+        if not _only_cleanup_failed(error, prepared):
+            return _report_failure(error, prepared)
     finally:
         prepared.release()
     seconds = time.monotonic() - started
@@ -294,6 +296,24 @@ def _report_stop(stop: Stopped | WorkerLost, prepared: output_folder.PreparedOut
     return stop.exit_status
 
 
+def _only_cleanup_failed(error: BaseException, prepared: output_folder.PreparedOutput) -> bool:
+    """Whether the run failed after its commit put its dataset in place, in the cleanup of the
+    old copy and the working folder; then the run's work is done, and a warning says what is
+    left over."""
+    committed = commit_in_place(prepared.staging)
+    if committed is None or committed.get("run_id") != prepared.holder.run_id:
+        return False
+    LOGGER.debug("the cleanup's exception", exc_info=error)  # -v shows it
+    reason = _out_of_space(error) or _system_error(error) or f"{type(error).__name__}: {error}"
+    print(
+        f"recordforge: warning: the new dataset is in place in {prepared.staging.output}, but "
+        f"the cleanup after its commit failed ({reason.splitlines()[0][:300]}); the next run "
+        "into it finishes that",
+        file=sys.stderr,
+    )
+    return True
+
+
 def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput) -> int:
     """One line for a run that failed for a reason of the user's world, else the traceback."""
     output = prepared.staging.output
@@ -320,8 +340,10 @@ def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput
         or _out_of_space(error)
         or _lost_worker(error)
         or _lost_job_service(error)
+        or _system_error(error)
     )
     if message:
+        LOGGER.debug("the run's exception", exc_info=error)  # -v shows it
         print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
         return EXIT_FAILED
     LOGGER.error("the conversion failed; %s", _kept(prepared), exc_info=error)
@@ -412,6 +434,43 @@ def _out_of_space(error: BaseException) -> str | None:
             code, path = int(found.group(1)), found.group(2)
         reason = "out of disk space" if code == errno.ENOSPC else "out of disk quota"
         return f"{reason} while writing {path or 'a file of the run'}"
+    return None
+
+
+# An OSError as Beam's runners pass it on, as text: "[Errno 5] Input/output error: 'path'",
+# and the step it failed in: "[while running 'ConvertToTFRecords/WriteShards/...']".
+_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]+)')?\s*(?:\[|$)", re.M)
+_STEP = re.compile(r"\[while running '([^'\n]+)'\]")
+# Beam's filesystems wrap it in a BeamIOError: "{('src', 'dst'): OSError(PermissionError(13,
+# 'Permission denied'))}".
+_OS_ERROR_REPR = re.compile(r"(?:\{\(?'([^'\n]+)'[^{}\n]*?)?Error\((\d+), '([^'\n]+)'\)")
+
+
+def _system_error(error: BaseException) -> str | None:
+    """A system call the run made that failed (an I/O error of a disk, a permission, a
+    read-only or other file system, too many open files), in words: the user's world, not a
+    defect of the program; None when `error` carries no such error."""
+    step = None
+    while error is not None:
+        text = str(error)
+        step = step or next(iter(_STEP.findall(text)), None)
+        if isinstance(error, OSError) and error.errno:
+            code, reason, path = error.errno, error.strerror or "", error.filename
+        else:
+            found = _OS_ERROR.search(text)
+            wrapped = _OS_ERROR_REPR.search(text)
+            if found is not None:
+                code, reason, path = int(found.group(1)), found.group(2), found.group(3)
+            elif wrapped is not None:
+                code, reason, path = int(wrapped.group(2)), wrapped.group(3), wrapped.group(1)
+            else:
+                error = error.__cause__ or error.__context__
+                continue
+        name = errno.errorcode.get(code, f"errno {code}")
+        where = (
+            f" at {path}" if path else f" in {step.split('/')[-2]}" if step and "/" in step else ""
+        )
+        return f"the system refused a file operation{where}: {reason.strip()} ({name})"
     return None
 
 
