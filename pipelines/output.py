@@ -51,7 +51,7 @@ from recordforge.transforms.staging import (
     swap_staging,
     write_json,
 )
-from recordforge.transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS
+from recordforge.transforms.storage_errors import STORAGE_ERRORS, WRITE_ERRORS, storage_reason
 from recordforge.transforms.write import remove_tree
 
 LOGGER = logging.getLogger("recordforge")
@@ -243,10 +243,15 @@ def prepare_output(
             _check_contents(staging, overwrite)
             prepared.resuming = _leftovers(staging, options, resume, notes, resumable)
             _start_work(staging, run_id, options, prepared.resuming)
-    except BaseException:
+    except BaseException as error:
         if prepared.finished:  # a refused run has changed the folder even so: it says how
             LOGGER.warning("%s", _finished_commit(prepared.finished, output))
         prepared.release()
+        if isinstance(error, STORAGE_ERRORS):  # the previous manifest unreadable, say
+            where = f" ({error.filename})" if getattr(error, "filename", None) else ""
+            raise UsageError(
+                f"cannot prepare the output folder {output!r}: {storage_reason(error)}{where}"
+            ) from None
         raise
     for note in notes:
         LOGGER.info("%s", note)

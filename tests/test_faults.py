@@ -382,6 +382,30 @@ def test_a_system_call_refused_is_one_line_and_leaves_the_previous_dataset(
     assert "Traceback" in verbose.stderr  # -v shows it
 
 
+def test_a_previous_manifest_that_cannot_be_read_is_one_line(photos, tmp_path, old, new):
+    # A bare 40-line traceback and no recordforge line at all (a tester's finding).
+    if STRACE is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    out = tmp_path / "out"
+    _place(old, out)
+    manifest = out / "dataset_info.json"
+    result = subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-P", str(manifest)]
+        + ["-e", "trace=openat", "-e", "inject=openat:error=EACCES"]
+        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"recordforge: error: cannot prepare the output folder {str(out)!r}: Permission denied "
+        f"({manifest})"
+    ]
+    assert check_invariant(out, old, new) == "old"
+
+
 def test_a_refused_run_that_finished_an_interrupted_commit_says_so(photos, tmp_path, old, new):
     # Killed past its commit point (the journal written) and before the swap, a run leaves its
     # commit for the next run to finish; one refused for want of --overwrite finished it
