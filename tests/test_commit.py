@@ -420,6 +420,23 @@ def test_a_lock_held_by_a_killed_process_not_yet_reaped_is_taken_over(tmp_path):
         ended.wait()
 
 
+def test_a_lock_that_could_not_be_written_is_not_left_behind(tmp_path, monkeypatch):
+    # A full disk while writing the lock left it empty: the next run was refused for 30 s as
+    # "another conversion is writing this output" though none ran (a tester's finding).
+    lock = str(tmp_path / ".out.recordforge-lock")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", full)
+        with pytest.raises(OSError):
+            acquire_lock(lock, LockHolder.this_process("run-failed"))
+    assert not os.path.exists(lock)
+    assert acquire_lock(lock, LockHolder.this_process("run-next")) is None
+    assert read_lock(lock).run_id == "run-next"
+
+
 def _state(pid: int) -> bytes:
     stat = pathlib.Path(f"/proc/{pid}/stat").read_bytes()
     return stat[stat.rindex(b")") + 2 :].split()[0]

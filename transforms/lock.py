@@ -14,6 +14,7 @@ process: its commit releases the lock, and a failed one leaves it to be deleted 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fcntl
 import json
@@ -168,10 +169,16 @@ class _FileLock:
             fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        except BaseException:
+            # Not left behind empty or cut: the next run would take it for a run starting.
+            with contextlib.suppress(OSError):
+                os.unlink(self._path)
+            raise
         return True
 
     def read(self):
