@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
@@ -74,6 +75,8 @@ def main(
 
         handle_stops()
     parser = _parser()
+    stdout = sys.stdout
+    sys.stdout = _WatchedStdout(stdout)
     try:
         if beam_argv is None:
             args, beam_args = parser.parse_known_args(argv)
@@ -103,6 +106,67 @@ def main(
         # send what is left to /dev/null so the exit does not fail flushing it.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    except OSError as error:
+        if not _stdout_fails():
+            raise
+        print(f"recordforge: error: cannot write to stdout: {error.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        sys.stdout = stdout
+
+
+class _WatchedStdout:
+    """sys.stdout, noting a failed write (a full disk, /dev/full) so that it can be told from
+    any other OSError."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.failed = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError:
+            self.failed = True
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError:
+            self.failed = True
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+def _stdout_fails() -> bool:
+    """Whether a write to stdout failed; its unwritten text is then dropped, so that the exit
+    does not fail flushing it again."""
+    if not (isinstance(sys.stdout, _WatchedStdout) and sys.stdout.failed):
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    return True
+
+
+def _print_summary_or_warn(*args, **kwargs) -> None:
+    """The summary of a run whose dataset is in place: an unwritable stdout does not make it
+    a failed run."""
+    try:
+        _print_summary(*args, **kwargs)
+        sys.stdout.flush()
+    except OSError as error:
+        if not _stdout_fails():
+            raise
+        print(
+            f"recordforge: warning: the summary could not be written to stdout "
+            f"({error.strerror}); the dataset is in place",
+            file=sys.stderr,
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -238,7 +302,7 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
         prepared.release()
     dataset = open_dataset(output)
     how = how_it_runs(options, chosen_in_words(chosen) if chosen else "")
-    _print_summary(dataset, time.monotonic() - started, how)
+    _print_summary_or_warn(dataset, time.monotonic() - started, how)
     if staging.mode == JOURNAL and staging.reason:
         print(f"  committed file by file (not by one folder swap): {staging.reason}")
     return EXIT_OK
@@ -263,7 +327,7 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     finally:
         prepared.release()
     seconds = time.monotonic() - started
-    _print_summary(open_dataset(output), seconds, how_it_runs(options), verb="Resharded")
+    _print_summary_or_warn(open_dataset(output), seconds, how_it_runs(options), verb="Resharded")
     return EXIT_OK
 
 

@@ -435,3 +435,32 @@ def test_a_stop_after_the_commits_cleanup_says_the_new_dataset_is_in_place(tmp_p
         )
     finally:
         stopped_after.release()
+
+
+def test_a_stdout_that_cannot_be_written_is_one_line_and_a_converted_dataset_stays(
+    small_folder, tmp_path
+):
+    # `> log` on a full disk: convert committed, then printed a traceback and exited 1;
+    # verify exited 1, its "the dataset has problems" (a tester's finding).
+    from conftest import RECORDFORGE
+
+    out = tmp_path / "out"
+
+    def run(*args):
+        with open("/dev/full", "w") as full:
+            return subprocess.run(
+                [RECORDFORGE, *map(str, args)], stdout=full, stderr=subprocess.PIPE, text=True
+            )
+
+    converted = run("convert", small_folder, "-o", out, "-q")
+    assert converted.returncode == 0, converted.stderr
+    assert converted.stderr.splitlines() == [
+        "recordforge: warning: the summary could not be written to stdout (No space left on "
+        "device); the dataset is in place"
+    ]
+    assert (out / "dataset_info.json").exists()
+    verified = run("verify", out)
+    assert verified.returncode == 2, verified.stderr
+    assert verified.stderr.splitlines() == [
+        "recordforge: error: cannot write to stdout: No space left on device"
+    ]
