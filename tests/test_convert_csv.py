@@ -69,6 +69,20 @@ def test_tabular_csv_round_trip(tricky_csv, tmp_path, cli):
     assert info["num_inputs"] == 6 == info["num_records"] + info["errors"]["count"]
 
 
+def test_integers_written_with_a_plus_sign_stay_integers(tmp_path, cli):
+    # One "+3" made the column float32 (123456789 stored as 123456792) and integer labels
+    # text classes, renumbered (a tester's finding).
+    table = tmp_path / "plus.csv"
+    table.write_text("user_id,delta,label\n1,+3,3\n2,-2,+1\n3,123456789,0\n")
+    out = tmp_path / "out"
+    result = cli("convert", table, "-o", out, "--label-column", "label")
+    assert result.returncode == 0, result.stderr
+    info, splits = read_dataset(out)
+    assert info["features"]["delta"]["dtype"] == "int64"
+    rows = sorted((r["user_id"], r["delta"], r["label"]) for r in splits["train"])
+    assert rows == [(1, 3, 3), (2, -2, 1), (3, 123456789, 0)]
+
+
 def test_csv_naming_images_with_labels_and_split_column(tmp_path, cli):
     images = tmp_path / "data" / "imgs"
     files = {}

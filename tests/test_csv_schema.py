@@ -392,8 +392,12 @@ def test_delimiter_from_the_document_must_match_the_read():
         (["-9223372036854775809", "5", "NA"], None, "int64"),
         ([" 18446744073709551616 ", "007"], None, "int64"),
         (["18446744073709551616", "2.5"], None, "float"),  # a decimal: float, as before
-        (["+5", "2"], None, "float"),  # pyarrow reads "+5" as a double: float, as before
-        (["+18446744073709551616", "2"], None, "float"),  # so also when it is too large
+        # pyarrow reads "+5" as a double; pandas, and recordforge, as an integer (a float
+        # column made 123456789 123456792 and renumbered integer labels: a tester's finding).
+        (["+5", "2"], None, "int64"),
+        (["+5", "-2", "123456789", "NA"], None, "int64"),
+        (["+18446744073709551616", "2"], None, "int64"),  # too large: a BadCell, as unsigned
+        (["+5", "2.5"], None, "float"),
         (["18446744073709551616", "x"], None, "bytes"),
         (["18446744073709551616", "0x1F"], None, "bytes"),
         # A finite number beyond float32 is a float still: a BadCell when read, not text.

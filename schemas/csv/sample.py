@@ -51,14 +51,18 @@ def infer_dtype(values: pa.Array | pa.ChunkedArray, null_values: Sequence[str]) 
         if text is not None:
             inferred = _pyarrow_type(text, null_values)
             values = text.cast(pa.binary())
-    if pa.types.is_integer(inferred):
+    null_set = pa.array([v.encode("utf-8") for v in null_values], pa.binary())
+    present = values.filter(pc.invert(pc.is_in(values, value_set=null_set)))
+    if pa.types.is_integer(inferred) or (
+        # pyarrow reads "+5" as a double, pandas as an integer: a column of integers, some
+        # written with a "+", is an int64 column (as float32 its large values would change).
+        pa.types.is_floating(inferred) and _all_integers(present)
+    ):
         candidates = ("int64", "float")
     elif pa.types.is_floating(inferred):
         candidates = ("float",)
     else:
         return "bytes"
-    null_set = pa.array([v.encode("utf-8") for v in null_values], pa.binary())
-    present = values.filter(pc.invert(pc.is_in(values, value_set=null_set)))
     for dtype in candidates:
         # A number of the dtype too large for it ("1e39" for float32) is a BadCell of its row
         # when the rows are read; it does not make the column another type.
@@ -92,6 +96,12 @@ def _pyarrow_type(text: pa.Array, null_values: Sequence[str]) -> pa.DataType:
         .schema.field("c")
         .type
     )
+
+
+def _all_integers(present: pa.Array) -> bool:
+    """Whether every one of these (non-missing) cell texts is an integer literal."""
+    matches = pc.match_substring_regex(present.cast(pa.string()), INT_PATTERN)
+    return len(present) > 0 and pc.all(pc.fill_null(matches, False)).as_py()
 
 
 def _int64_stand_ins(text: pa.Array) -> pa.Array | None:
