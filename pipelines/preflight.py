@@ -32,7 +32,12 @@ from recordforge.schemas.features import (
     LABEL,
     LABEL_TEXT,
 )
-from recordforge.transforms.core.errors import InputError, ListingFailed, UsageError
+from recordforge.transforms.core.errors import (
+    InputError,
+    InputIncomplete,
+    ListingFailed,
+    UsageError,
+)
 from recordforge.transforms.core.files.confine import (
     is_within,
     local_path_of_uri,
@@ -311,14 +316,27 @@ def schema_sample(sources: Sequence[Source], delimiter: str):
         UsageError: it cannot be read, or none of the first files has data rows.
     """
     tried = []
+    unreadable = None  # (file, why) of the first file that is no CSV file (empty, say)
     for path in itertools.islice(_csv_files(sources), _SAMPLE_FILES_TRIED):
         tried.append(path)
         try:
             header, sample = _read_schema_sample(path, delimiter)
+        except CsvReadFailure as failure:  # I/O error, damaged gzip: what any file's would be
+            raise InputIncomplete(
+                f"{display(path)} cannot be read: {failure.reason}, at byte "
+                f"{failure.offset:,}; repair or replace the file and convert again"
+            ) from None
+        except InputError as error:
+            # An empty file, a header that is not text: quarantined by the run like any file's
+            # (UnreadableCsv); the schema comes from the next (the order must not matter).
+            unreadable = unreadable or (path, error.message)
+            continue
         except Exception as error:  # noqa: BLE001  (pyarrow raises several types for bad text)
             raise UsageError(f"cannot read CSV {path}: {_first_line(error)}") from None
         if sample.num_rows:
             return path, header, sample
+    if unreadable is not None and len(tried) == 1:
+        raise UsageError(f"cannot read CSV {unreadable[0]}: {unreadable[1]}")
     if len(tried) > 1:
         raise UsageError(f"none of the CSV files {tried[0]} … {tried[-1]} has data rows")
     raise UsageError(f"CSV {tried[0]} has no data rows")
@@ -396,6 +414,8 @@ def _read_schema_sample(path: str, delimiter: str):
             stopped = failure
     with open_csv(path) as opened:
         before, _ = read_stream_piece(opened.stream, stopped.offset)
+    if not before:  # it failed at its first byte: it is not empty
+        raise stopped
     header, sample = read_sample(io.BytesIO(before), delimiter=delimiter)
     if sample.num_rows == 0:
         raise stopped

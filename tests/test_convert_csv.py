@@ -83,6 +83,59 @@ def test_integers_written_with_a_plus_sign_stay_integers(tmp_path, cli):
     assert rows == [(1, 3, 3), (2, -2, 1), (3, 123456789, 0)]
 
 
+def test_an_empty_csv_file_is_quarantined_wherever_it_comes_in_the_order(tmp_path, cli):
+    # First in the order it refused the whole run (exit 2); later, one UnreadableCsv record
+    # (a tester's finding).
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a_empty.csv").write_bytes(b"")
+    (folder / "b.csv").write_text("a,b\n1,x\n")
+    orders = [
+        [folder / "a_empty.csv", folder / "b.csv"],
+        [f"{folder}/*.csv"],
+        [folder / "b.csv", folder / "a_empty.csv"],
+    ]
+    for index, sources in enumerate(orders):
+        out = tmp_path / f"out{index}"
+        result = cli("convert", *sources, "-o", out)
+        assert result.returncode == 0, (sources, result.stderr)
+        assert [e["error"] for e in read_errors(out)] == ["UnreadableCsv"]
+        assert read_dataset(out)[0]["num_records"] == 1
+
+
+def test_a_first_csv_that_fails_at_its_first_byte_is_not_called_empty(tmp_path, cli):
+    # Plain text named .csv.gz, or an I/O error on the first read: "Empty CSV file", exit 2.
+    import shutil
+    import subprocess
+
+    from conftest import RECORDFORGE
+
+    fake = tmp_path / "t.csv.gz"
+    fake.write_text("a,b\n1,x\n2,y\n")
+    result = cli("convert", fake, "-o", tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert "the compressed data is damaged" in result.stderr and "Empty" not in result.stderr
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    table = tmp_path / "table.csv"
+    table.write_text("a,b\n" + "".join(f"{i},x\n" for i in range(2000)))
+    failed = subprocess.run(
+        [strace, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-P", str(table)]
+        + ["-e", "trace=read", "-e", "inject=read:error=EIO:when=1"]
+        + [RECORDFORGE, "convert", str(table), "-o", str(tmp_path / "out2")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert failed.returncode == 1, failed.stderr
+    assert failed.stderr.strip().splitlines() == [
+        f"recordforge: failed: {table} cannot be read: the file could not be read further: "
+        "Input/output error, at byte 0; repair or replace the file and convert again; nothing "
+        "was written"
+    ]
+
+
 def test_csv_naming_images_with_labels_and_split_column(tmp_path, cli):
     images = tmp_path / "data" / "imgs"
     files = {}
