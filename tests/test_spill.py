@@ -52,6 +52,25 @@ def test_spilled_pieces_read_back_exactly_and_others_pass_through(tmp_path):
     assert all(b.schema.equals(REF_SCHEMA) for b in back[1:])
 
 
+def test_a_full_disk_while_spilling_names_the_spill_file(tmp_path, monkeypatch):
+    # "out of disk space while writing a file of the run": the write's OSError named no file
+    # (a tester's finding).
+    from apache_beam.io.filesystems import FileSystems
+
+    class FullDisk(io.RawIOBase):
+        def writable(self):
+            return True
+
+        def write(self, data):
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(FileSystems, "create", lambda path, **_: FullDisk())
+    writer = SpillWriter(str(tmp_path))
+    with pytest.raises(OSError) as raised:
+        writer.add(_batch(0, 10))
+    assert str(tmp_path) in str(raised.value) and "No space left on device" in str(raised.value)
+
+
 def test_a_truncated_spill_file_fails_loudly(tmp_path):
     with SpillWriter(str(tmp_path)) as spill:
         piece = spill.add(_batch(0, 100))

@@ -42,7 +42,8 @@ class SpillWriter:
         """Append `batch`; return where it is."""
         if self._file is None:
             self._file = _CountingFile(
-                FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED)
+                FileSystems.create(self._path, compression_type=CompressionTypes.UNCOMPRESSED),
+                self._path,
             )
             self._sink = pa.PythonFile(self._file, mode="w")
         start = self._file.written
@@ -81,26 +82,43 @@ class SpillWriter:
 
 
 class _CountingFile:
-    """A writable file object that counts the bytes written (remote files may not `tell`)."""
+    """A writable file object that counts the bytes written (remote files may not `tell`).
 
-    def __init__(self, file) -> None:
+    An OSError of a write names the file (a write to an open file names none), so that a full
+    disk is reported with its path.
+    """
+
+    def __init__(self, file, path: str) -> None:
         self._file = file
+        self._path = path
         self.written = 0
         self.closed = False
 
     def write(self, data) -> int:
-        self._file.write(data)
+        with self._named_errors():
+            self._file.write(data)
         size = memoryview(data).nbytes
         self.written += size
         return size
 
     def flush(self) -> None:
-        self._file.flush()
+        with self._named_errors():
+            self._file.flush()
 
     def close(self) -> None:
         if not self.closed:
-            self._file.close()
             self.closed = True
+            with self._named_errors():
+                self._file.close()
+
+    @contextlib.contextmanager
+    def _named_errors(self):
+        try:
+            yield
+        except OSError as error:
+            if error.filename is not None or not error.errno:
+                raise
+            raise OSError(error.errno, error.strerror, self._path) from error
 
 
 def unspilled(pieces: Iterable[RefPiece | SpilledPiece]) -> Iterator[RefPiece]:
