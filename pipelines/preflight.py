@@ -47,6 +47,7 @@ from recordforge.transforms.core.files.confine import (
 from recordforge.transforms.core.files.filenames import absolute_local_path, display, from_os, to_os
 from recordforge.transforms.core.files.naming import (
     MAX_FILE_NAME_BYTES,
+    SPLIT_NAME_RULE,
     is_valid_dataset_name,
     is_valid_split_name,
     longest_shard_file_name,
@@ -155,7 +156,7 @@ def parse_splits(text: str) -> tuple[tuple[str, float], ...]:
             raise UsageError(f"--splits: {part.strip()!r} is not NAME=FRACTION")
         name = name.strip()
         if not is_valid_split_name(name):
-            raise UsageError(f"--splits: {name!r} is not a valid split name (letters, digits, _ -)")
+            raise UsageError(f"--splits: {name!r} is not a valid split name ({SPLIT_NAME_RULE})")
         if name in seen:
             raise UsageError(f"--splits: split {name!r} is named twice")
         try:

@@ -454,6 +454,9 @@ def test_text_labels_split_column_and_schema_rules_take_the_table_path_unchanged
         70: "BadCell",
         80: "WrongFieldCount",
     }
+    # The rule the refused name breaks ("letters, digits, '_' and '-'" was met by "-rf").
+    (bad_split,) = [e["message"] for e in read_errors(fast) if e["error"] == "BadSplit"]
+    assert "ASCII letters, digits, '_' and '-', starting with a letter or digit" in bad_split
 
 
 _ROWS = "id,kind,score,note\n" + "".join(

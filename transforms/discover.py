@@ -10,7 +10,7 @@ from recordforge.transforms.core.errors import InputError, InputIncomplete
 from recordforge.transforms.core.files import skipped
 from recordforge.transforms.core.files.confine import local_path_of_uri
 from recordforge.transforms.core.files.filenames import MARK, display
-from recordforge.transforms.core.files.naming import is_valid_split_name
+from recordforge.transforms.core.files.naming import SPLIT_NAME_RULE, is_valid_split_name
 from recordforge.transforms.core.files.overlap import Owners
 from recordforge.transforms.core.files.paths import (
     is_hidden,
@@ -369,7 +369,7 @@ class _ReadCsvFn(beam.DoFn):
                 raise InputError(
                     "BadSplit",
                     f"column {roles.split_column!r}: {split[:40]!r} is not a valid split name "
-                    "(letters, digits, '_' and '-')",
+                    f"({SPLIT_NAME_RULE})",
                 )
         cells = [values.get(spec.column) for spec in self._feature_columns]
         features = self._encoder.encode(cells)

@@ -41,6 +41,8 @@ COMPRESSIONS = ("none", "gzip")
 # Names end up in file names on every filesystem: letters, digits, '_', '-', '.' only.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _SPLIT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+# The rule of _SPLIT, in words, for the messages that refuse a name.
+SPLIT_NAME_RULE = "ASCII letters, digits, '_' and '-', starting with a letter or digit"
 
 
 def is_valid_dataset_name(name: str) -> bool:

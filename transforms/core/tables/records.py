@@ -19,7 +19,7 @@ from recordforge.schemas import features as keys
 from recordforge.schemas.csv.schema import ColumnSpec, CsvSchema
 from recordforge.schemas.example_columns import FeatureColumn, encode_examples
 from recordforge.transforms.core.errors import InputError
-from recordforge.transforms.core.files.naming import is_valid_split_name
+from recordforge.transforms.core.files.naming import SPLIT_NAME_RULE, is_valid_split_name
 from recordforge.transforms.core.planning.declare import csv_feature_columns
 from recordforge.transforms.core.planning.keys import HASH_BYTES, SplitChooser
 from recordforge.transforms.core.planning.labels import LabelMap
@@ -199,7 +199,7 @@ class TableRecords:
                     InputError(
                         "BadSplit",
                         f"column {spec.column!r}: {name[:40]!r} is not a valid split name "
-                        "(letters, digits, '_' and '-')",
+                        f"({SPLIT_NAME_RULE})",
                     ),
                 )
         return texts
