@@ -534,7 +534,11 @@ def _system_error(error: BaseException) -> str | None:
         where = (
             f" at {path}" if path else f" in {step.split('/')[-2]}" if step and "/" in step else ""
         )
-        return f"the system refused a file operation{where}: {reason.strip()} ({name})"
+        # A name that does not resolve (a negative errno: getaddrinfo's), a connection refused
+        # or reset, a timeout: a store the run could not reach.
+        network = code < 0 or isinstance(error, (ConnectionError, TimeoutError))
+        what = "a network call failed" if network else "the system refused a file operation"
+        return f"{what}{where}: {reason.strip()} ({name})"
     return None
 
 

@@ -464,3 +464,43 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_converted_dataset_sta
     assert verified.stderr.splitlines() == [
         "recordforge: error: cannot write to stdout: No space left on device"
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            RuntimeError(
+                "OSError: [Errno 5] Input/output error: '/data/out/x' [while running "
+                "'ConvertToTFRecords/WriteShards/WriteShard/ParDo(_WriteShardFn)']"
+            ),
+            "the system refused a file operation at /data/out/x: Input/output error (EIO)",
+        ),
+        (
+            RuntimeError(
+                "OSError: [Errno 5] Input/output error [while running "
+                "'ConvertToTFRecords/WriteShards/WriteShard/ParDo(_WriteShardFn)']"
+            ),
+            "the system refused a file operation in WriteShard: Input/output error (EIO)",
+        ),
+        (
+            RuntimeError(
+                "Rename operation failed with exceptions {('/a.tmp', '/a.json'): "
+                "OSError(PermissionError(13, 'Permission denied'))}"
+            ),
+            "the system refused a file operation at /a.tmp: Permission denied (EACCES)",
+        ),
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "a network call failed: Name or service not known (errno -2)",
+        ),
+        (ValueError("a defect of the program"), None),
+    ],
+    ids=["text-path", "text-step", "beam-io-error", "offline", "no-errno"],
+)
+def test_a_refused_system_call_is_told_in_words(error, message):
+    # A gs:// image on a machine without network ended in a 21 KB traceback; so did any errno
+    # but a full disk's (testers' findings). A defect of the program keeps its traceback.
+    from recordforge.pipelines import cli as program
+
+    assert program._system_error(error) == message
