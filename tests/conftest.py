@@ -21,6 +21,31 @@ from PIL import Image, ImageDraw
 RECORDFORGE = str(pathlib.Path(sys.executable).with_name("recordforge"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _beam_temp_folders_removed():
+    """Beam makes a `beam-pipeline-temp*` folder for every Pipeline and removes it when the
+    pipeline runs: the tests' pipelines refused before they run (a WriteDataset refused when
+    applied) would leave theirs in /tmp. Those this test process made are removed at its end
+    (another process's, a concurrent run's, are not touched)."""
+    import shutil
+    import tempfile
+
+    made = []
+    original = tempfile.mkdtemp
+
+    def mkdtemp(*args, **kwargs):
+        folder = original(*args, **kwargs)
+        if os.path.basename(folder).startswith("beam-pipeline-temp"):
+            made.append(folder)
+        return folder
+
+    tempfile.mkdtemp = mkdtemp
+    yield
+    tempfile.mkdtemp = original
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def make_image(path: pathlib.Path, fmt: str, size=(64, 48), mode="RGB", seed=0, **save) -> bytes:
     """Write a small picture (not a flat colour, so JPEG sizes vary) and return its bytes."""
     rng = random.Random(seed)
