@@ -174,3 +174,30 @@ def test_a_link_whose_target_cannot_be_read_is_a_missing_file(tmp_path, monkeypa
         probe.probe_file(str(link), 10_000)
     assert refused.value.kind == "MissingFile"
     assert "broken symbolic link" in refused.value.message
+
+
+@pytest.mark.parametrize("code", ["EMFILE", "ENFILE", "ENOMEM"])
+def test_a_limit_of_the_process_is_not_taken_for_a_bad_input(tmp_path, monkeypatch, code) -> None:
+    # Too many open files while probing one image made it an UnreadableFile error record: a
+    # good input quarantined, the run committed without it (a tester's finding).
+    import errno
+
+    from recordforge.transforms.core.errors import InputError
+
+    image = tmp_path / "a.jpg"
+    make_image(image, "JPEG")
+
+    def limited(path, *args, **kwargs):
+        raise OSError(getattr(errno, code), "a limit of the process", path)
+
+    monkeypatch.setattr(probe, "open_regular", limited)
+    with pytest.raises(OSError) as raised:
+        probe.probe_file(str(image), 10_000)
+    assert raised.value.errno == getattr(errno, code)
+
+    def forbidden(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", path)
+
+    monkeypatch.setattr(probe, "open_regular", forbidden)
+    with pytest.raises(InputError):  # a fact about the file: quarantined
+        probe.probe_file(str(image), 10_000)

@@ -45,7 +45,11 @@ from recordforge.transforms.remote_reads import open_file
 from recordforge.transforms.shard import PlanShards
 from recordforge.transforms.spill import SpillWriter
 from recordforge.transforms.staging import Staging, default_staging
-from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
+from recordforge.transforms.storage_errors import (
+    STORAGE_ERRORS,
+    raise_process_limit,
+    storage_reason,
+)
 from recordforge.transforms.table import PlaceTable
 from recordforge.transforms.write import WriteErrors, WriteShards
 
@@ -379,6 +383,7 @@ class _ReadTFRecordFilesFn(beam.DoFn):
         try:
             raw = open_file(file.path)
         except STORAGE_ERRORS as error:  # nothing was read: the file is one quarantined input
+            raise_process_limit(error)
             problem = Problem(0, "UnreadableFile", f"cannot open it: {storage_reason(error)}")
             yield beam.pvalue.TaggedOutput(ERRORS, _problem_error(file.path, problem))
             return

@@ -20,7 +20,11 @@ from recordforge.transforms.core.images.probe import probe_image
 from recordforge.transforms.core.records import STAGE_PROBE, Candidate, ErrorRecord, ImageInfo
 from recordforge.transforms.progress import IMAGES_PROBED, Progress
 from recordforge.transforms.remote_reads import EncodedObjectError, open_for_small_reads
-from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
+from recordforge.transforms.storage_errors import (
+    STORAGE_ERRORS,
+    raise_process_limit,
+    storage_reason,
+)
 
 ERRORS = "errors"
 
@@ -229,6 +233,7 @@ def probe_file(
     except EncodedObjectError as error:  # says which object, and what to do
         raise InputError("UnreadableFile", str(error)) from error
     except STORAGE_ERRORS as error:
+        raise_process_limit(error)
         if has_scheme(path) and not FileSystems.exists(path):
             raise InputError("MissingFile", f"file not found: {path}") from error
         raise InputError(

@@ -10,6 +10,8 @@ propagate, so the runner retries the work.
 
 from __future__ import annotations
 
+import errno
+
 from apache_beam.io.filesystem import BeamIOError
 
 from recordforge.transforms.core.errors import without_file_bytes
@@ -44,3 +46,14 @@ def storage_reason(error: BaseException) -> str:
         return error.strerror
     text = str(error).strip() or type(error).__name__
     return without_file_bytes(text.splitlines()[0])
+
+
+# The process's limits, not a fact about the file: too many open files (here or machine-wide),
+# no memory. An input met by one is not bad input; it must not be quarantined, so the run fails.
+_PROCESS_LIMITS = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
+
+def raise_process_limit(error: BaseException) -> None:
+    """Re-raise `error` when it is a limit of the process (see _PROCESS_LIMITS)."""
+    if isinstance(error, OSError) and error.errno in _PROCESS_LIMITS:
+        raise error

@@ -75,7 +75,11 @@ from recordforge.transforms.core.tfrecord.framing import FRAMING_BYTES, framing_
 from recordforge.transforms.progress import BYTES_WRITTEN, LOGGER, RECORDS_WRITTEN, counter
 from recordforge.transforms.remote_reads import object_version, open_file
 from recordforge.transforms.spill import unspilled
-from recordforge.transforms.storage_errors import STORAGE_ERRORS, storage_reason
+from recordforge.transforms.storage_errors import (
+    STORAGE_ERRORS,
+    raise_process_limit,
+    storage_reason,
+)
 
 ERRORS = "errors"
 # Image reads in flight per shard writer: hides object-store latency, bounded by bytes in memory.
@@ -594,6 +598,7 @@ def read_payload(
             # generation).
             changed_while_read = not has_scheme(path) and _version(f, path) != version
     except STORAGE_ERRORS as error:
+        raise_process_limit(error)
         raise InputError(
             "UnreadableFile", f"cannot read {display(path)} any more: {storage_reason(error)}"
         ) from error
