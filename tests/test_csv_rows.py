@@ -431,11 +431,16 @@ def test_empty_list_cell_that_is_not_a_null_value_is_the_empty_list():
 # --- messages ------------------------------------------------------------------------------------
 
 
-def test_several_bad_cells_report_the_first_and_count_the_rest():
+def test_several_bad_cells_report_the_first_and_name_the_rest():
+    # "(and 2 more bad cell(s) in this row)" named none of them: a fix, a run, the next one
+    # (a tester's finding).
     s = schema(spec("a", "int64"), spec("b", "float"), spec("c", missing="error"))
     assert read(b"a,b,c\nx,y,\n", s) == [
-        (1, "BadCell", "column 'a': 'x' is not an int64 (and 2 more bad cell(s) in this row)")
+        (1, "BadCell", "column 'a': 'x' is not an int64 (also bad in this row: 'b', 'c')")
     ]
+    many = schema(*(spec(f"n{i}", "int64") for i in range(6)))
+    ((_, _, message),) = read(b"n0,n1,n2,n3,n4,n5\nx,x,x,x,x,x\n", many)
+    assert message.endswith("(also bad in this row: 'n1', 'n2', 'n3' and 2 more)")
 
 
 def test_long_texts_are_shortened_in_messages():

@@ -343,7 +343,7 @@ class _BatchConverter:
     ) -> CellBatch:
         values: dict[str, pa.Array] = {}
         missing_cells: dict[str, list[int]] = {}
-        problems: dict[int, list[tuple[str, str]]] = {}
+        problems: dict[int, list[tuple[str, str, str]]] = {}  # row: (kind, message, column)
         for index, spec in self._specs:
             raw = batch.column(index)
             arr, missing = raw, []
@@ -362,7 +362,7 @@ class _BatchConverter:
                     for i in bad_positions
                 }
             for i, message in bad.items():
-                problems.setdefault(i, []).append(("BadCell", message))
+                problems.setdefault(i, []).append(("BadCell", message, spec.column))
             if missing and spec.missing == "error":
                 for i in missing:
                     text = short_repr(raw[i].as_py())
@@ -371,15 +371,18 @@ class _BatchConverter:
                             "MissingValue",
                             f"column {spec.column!r}: the value is missing ({text}) and the "
                             "schema says missing: error",
+                            spec.column,
                         )
                     )
             values[spec.column] = typed
             missing_cells[spec.column] = missing
         errors = {}
         for i, found in sorted(problems.items()):
-            kind, message = found[0]
+            kind, message, _ = found[0]
             if len(found) > 1:
-                message += f" (and {len(found) - 1} more bad cell(s) in this row)"
+                others = ", ".join(repr(column) for _, _, column in found[1:4])
+                more = f" and {len(found) - 4:,} more" if len(found) > 4 else ""
+                message += f" (also bad in this row: {others}{more})"
             errors[i] = InputError(kind, message)
         return CellBatch(rows, values, missing_cells, errors, skipped)
 
