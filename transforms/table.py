@@ -462,8 +462,10 @@ def _range_failed(path: str, part: CsvRange, reason: str, last_row: int | None):
 
 def _check_unchanged(path: str, first: FileFingerprint, second: FileFingerprint) -> None:
     if second.differs_from(first):
+        seen = f"read first as {first.describe()}, then as {second.describe()}"
+        if first.describe() == second.describe():  # the same size and rows: other bytes
+            seen = f"read twice as {first.describe()}, with other bytes the second time"
         raise InputChanged(
-            f"{path} changed during the conversion (read first as {first.describe()}, then "
-            f"as {second.describe()}); nothing was written: convert it again once it no "
-            "longer changes"
+            f"{path} changed during the conversion ({seen}); nothing was written: convert it "
+            "again once it no longer changes"
         )
