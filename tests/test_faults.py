@@ -382,6 +382,33 @@ def test_a_system_call_refused_is_one_line_and_leaves_the_previous_dataset(
     assert "Traceback" in verbose.stderr  # -v shows it
 
 
+def test_a_working_folder_that_cannot_be_removed_is_said(photos, tmp_path, old, new):
+    # An rmdir refused after the commit left an empty working folder without a word, exit 0.
+    if STRACE is None:
+        pytest.fail("strace is not installed (apt-get install strace)")
+    out = tmp_path / "out"
+    _place(old, out)
+    result = subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-e", "trace=rmdir"]
+        + ["-e", "inject=rmdir:error=EBUSY:when=2"]
+        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=ENV,
+    )
+    assert result.returncode == 0, result.stderr
+    assert check_invariant(out, old, new) == "new"
+    work = out.parent / f".{out.name}.recordforge"
+    assert work.exists()
+    assert (
+        f"recordforge: the working folder {work} could not be removed; the next run into {out} "
+        "removes it"
+    ) in result.stderr.splitlines(), result.stderr
+    convert(photos, out, "--overwrite")
+    assert not work.exists()
+
+
 def test_a_previous_manifest_that_cannot_be_read_is_one_line(photos, tmp_path, old, new):
     # A bare 40-line traceback and no recordforge line at all (a tester's finding).
     if STRACE is None:

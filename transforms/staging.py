@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -289,7 +288,7 @@ def finish_swap(staging: Staging, journal: dict) -> None:
             )
         _swap_in(dataset, target)
     _clear_old_copy(dataset, target, set(journal["old_files"]))
-    shutil.rmtree(staging.work, ignore_errors=True)
+    _remove_work(staging)
 
 
 def _swap_in(dataset: str, target: str) -> None:
@@ -392,7 +391,18 @@ def roll_forward(staging: Staging, journal: dict) -> None:
         for source, relative in journal["documents"]:  # one at a time: the manifest last
             publish([(source, FileSystems.join(out, relative))])
     _delete_if_there([staging.journal])
+    _remove_work(staging)
+
+
+def _remove_work(staging: Staging) -> None:
+    """Delete the working folder after a commit; one that stays (an rmdir refused) is said."""
     remove_tree(staging.work)
+    if not has_scheme(staging.work) and os.path.lexists(staging.work):
+        LOGGER.warning(
+            "the working folder %s could not be removed; the next run into %s removes it",
+            staging.work,
+            staging.output,
+        )
 
 
 def _delete_if_there(paths: Iterable[str]) -> None:
