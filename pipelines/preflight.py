@@ -235,6 +235,11 @@ def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
         source = Source(index, kind, path, path.rsplit("/", 1)[0], raw)
     elif _has_visible_files(path.rstrip("/"), follow_symlinks):
         folder = path.rstrip("/")
+        if _holds_only_tables(folder, follow_symlinks):
+            raise UsageError(
+                f"input folder {raw!r} holds CSV files only, and a folder is read as images: "
+                f"give the files, or a glob ({raw.rstrip('/')}/*.csv), to convert them as tables"
+            )
         source = Source(index, "images", folder + "/**", folder, raw)
     elif _is_folder(path) or list_files(path.rstrip("/") + "/**", limit=1):
         links = "" if follow_symlinks else "; links to folders count with --follow-symlinks"
@@ -265,6 +270,13 @@ def _exists(path: str, follow_symlinks: bool) -> bool:
     if has_glob(path):
         return bool(list_files(path, limit=1, follow_symlinks=follow_symlinks))
     return _is_file(path) or bool(list_files(path.rstrip("/") + "/**", limit=1))
+
+
+def _holds_only_tables(folder: str, follow_symlinks: bool = False) -> bool:
+    """Whether the visible files of a folder (a bounded look) are all CSV files."""
+    found = list_files(folder + "/**", limit=1000, follow_symlinks=follow_symlinks)
+    visible = [path for path in found if not is_hidden(relative_path(path, folder))]
+    return bool(visible) and all(is_csv(path) for path in visible)
 
 
 def _has_visible_files(folder: str, follow_symlinks: bool = False) -> bool:

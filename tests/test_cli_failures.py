@@ -65,6 +65,8 @@ def small_folder(tmp_path):
         (["reshard", "{folder}", "-o", "{out}?"], ["'?' in its path"]),
         (["convert", "{folder}", "{csv}", "-o", "{out}"], ["cannot be mixed"]),
         (["convert", "{tsv}", "-o", "{out}"], ["named as a table", "CSV files only"]),
+        # Every file became a NotAnImage, the run failed "all inputs failed" (a tester's finding)
+        (["convert", "{tables}", "-o", "{out}"], ["holds CSV files only", "/*.csv), to convert"]),
         (["plan", "{missing}"], ["input not found"]),
     ],
 )
@@ -76,6 +78,9 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
     (tmp_path / "only_hidden" / ".DS_Store").write_bytes(b"x")
     (tmp_path / "data.csv").write_text("a,b\n1,2\n")
     (tmp_path / "data.tsv").write_text("a\tb\n1\t2\n")  # was one NotAnImage, its run failed
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "tables" / "a.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "tables" / "b.csv.gz").write_bytes(b"")
     values = {
         "missing": tmp_path / "nope",
         "empty": tmp_path / "empty",
@@ -84,6 +89,7 @@ def test_usage_errors_exit_2_with_one_line_and_write_nothing(
         "out": tmp_path / "out",
         "csv": tmp_path / "data.csv",
         "tsv": tmp_path / "data.tsv",
+        "tables": tmp_path / "tables",
     }
     before = _tree(tmp_path)
     result = cli(*[a.format(**values) for a in args])
