@@ -212,6 +212,10 @@ _TABLES_NOT_READ = (
 )
 
 
+# Of those, text that a delimiter splits: renamed .csv, it is read.
+_DELIMITED_TEXT = (".tsv", ".tab", ".txt", ".psv")
+
+
 def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
     typed, split = split_source_argument(argument, follow_symlinks)
     path = normalize_path(typed)
@@ -228,9 +232,14 @@ def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
     elif _is_file(path):
         kind = "csv" if is_csv(path) else "images"
         if kind == "images" and path.lower().endswith(_TABLES_NOT_READ):
+            remedy = (
+                "name it .csv (with --delimiter for another separator)"
+                if path.lower().endswith(_DELIMITED_TEXT)
+                else "convert it to CSV first"
+            )
             raise UsageError(
                 f"input {raw!r} is named as a table, and tables are read from CSV files only "
-                "(.csv, .csv.gz, comma-separated); convert it to CSV first"
+                f"(files named .csv or .csv.gz): {remedy}"
             )
         source = Source(index, kind, path, path.rsplit("/", 1)[0], raw)
     elif _has_visible_files(path.rstrip("/"), follow_symlinks):

@@ -136,6 +136,23 @@ def test_a_first_csv_that_fails_at_its_first_byte_is_not_called_empty(tmp_path, 
     ]
 
 
+def test_a_utf16_file_without_its_byte_order_mark_is_refused_not_read_as_garbage(tmp_path, cli):
+    # Its NULs are valid UTF-8: columns 'i\x00d\x00' and garbage records, no warning (a
+    # tester's finding).
+    good = tmp_path / "good.csv"
+    good.write_text("id,name\n1,a\n")
+    utf16 = tmp_path / "utf16.csv"
+    utf16.write_bytes("id,name\n1,a\n2,b\n".encode("utf-16-le"))
+    out = tmp_path / "out"
+    result = cli("convert", good, utf16, "-o", out)
+    assert result.returncode == 0, result.stderr
+    (error,) = read_errors(out)
+    assert error["error"] == "UnreadableCsv" and "holds NUL bytes; is it UTF-16" in error["message"]
+    assert read_dataset(out)[0]["num_records"] == 1
+    alone = cli("convert", utf16, "-o", tmp_path / "out2")
+    assert alone.returncode == 2 and "is it UTF-16" in alone.stderr, alone.stderr
+
+
 def test_csv_naming_images_with_labels_and_split_column(tmp_path, cli):
     images = tmp_path / "data" / "imgs"
     files = {}

@@ -63,8 +63,12 @@ def test_a_delimiter_given_for_inputs_that_are_not_csv_is_a_usage_error(inputs):
     # failed", exit 1), and --delimiter beside an image folder was ignored without a word.
     (inputs / "tables").mkdir()
     (inputs / "tables" / "t.tsv").write_text("id\tx\n1\t2\n")
-    phrase = "--delimiter applies to CSV inputs (files named .csv or .csv.gz)"
-    for source in ("tables/t.tsv", "photos"):
+    phrases = {
+        "tables/t.tsv": "CSV files only (files named .csv or .csv.gz): name it .csv (with "
+        "--delimiter for another separator)",
+        "photos": "--delimiter applies to CSV inputs (files named .csv or .csv.gz)",
+    }
+    for source, phrase in phrases.items():
         out = inputs / "out"
         argv = ["convert", str(inputs / source), "-o", str(out), "--delimiter", "\\t"]
         _assert_usage(argv, phrase)

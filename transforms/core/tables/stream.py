@@ -288,7 +288,7 @@ def column_names(reader: pa_csv.CSVStreamingReader) -> list[str]:
             cells of a row as bytes, but decodes the names).
     """
     try:
-        return reader.schema.names
+        names = reader.schema.names
     except UnicodeDecodeError as e:
         raise InputError(
             "UnreadableCsv",
@@ -296,6 +296,14 @@ def column_names(reader: pa_csv.CSVStreamingReader) -> list[str]:
             f"{e.object[e.start : e.start + 1]!r} in a column name); is it compressed, or in "
             "another encoding?",
         ) from None
+    if any("\x00" in name for name in names):
+        # Valid UTF-8, but no header is written so: UTF-16 without its byte-order mark.
+        raise InputError(
+            "UnreadableCsv",
+            "not a readable CSV file: its header row holds NUL bytes; is it UTF-16, or in "
+            "another encoding? Save it as UTF-8",
+        )
+    return names
 
 
 def read_text_table(data: bytes, names: Sequence[str], delimiter: str) -> pa.Table:
