@@ -340,9 +340,10 @@ def test_float_nan(text):
 
 def test_invalid_utf8_in_numeric_columns_is_a_bad_cell():
     result = read(b"a,b\n\xff1,x\n", AB)
-    assert result == [(1, "BadCell", "column 'a': '\\\\xff1' is not an int64")]
+    # One backslash, as file names show such bytes (it was doubled: a tester's finding).
+    assert result == [(1, "BadCell", "column 'a': '\\xff1' is not an int64")]
     result = read(b"a\n\xff1\n", schema(spec("a", "float")))
-    assert result == [(1, "BadCell", "column 'a': '\\\\xff1' is not a float")]
+    assert result == [(1, "BadCell", "column 'a': '\\xff1' is not a float")]
 
 
 # --- missing values ----------------------------------------------------------------------------

@@ -111,7 +111,8 @@ def test_cell_text_in_messages_is_cut_past_sixty_characters():
     assert short_repr("a" * 61) == "'" + "a" * 57 + "...'"
     assert short_repr("b" * 31, 30) == "'" + "b" * 27 + "...'"
     assert short_repr("b" * 30, 30) == "'" + "b" * 30 + "'"
-    assert short_repr(b"ab\xff") == "'ab\\\\xff'"  # undecodable bytes shown as an escape
+    assert short_repr(b"ab\xff") == "'ab\\xff'"  # undecodable bytes shown as an escape
+    assert short_repr(b"a\\xff") == "'a\\\\xff'"  # a backslash typed: doubled, as repr does
 
 
 @pytest.mark.parametrize("bad_at", [[0], [8], [0, 1], [3, 4, 7], [1, 2, 5, 6, 8], list(range(9))])

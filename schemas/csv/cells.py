@@ -38,10 +38,15 @@ def short_repr(text: bytes | str, limit: int = 60) -> str:
         A quoted string such as `'abc'` or `'a very long te...'`.
     """
     if isinstance(text, bytes):
-        text = text.decode("utf-8", "backslashreplace")
+        text = text.decode("utf-8", "surrogateescape")
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    return repr(text)
+    # repr shows an undecodable byte (a lone surrogate here) as \udcNN: shown as \xNN, one
+    # backslash, as file names are (a backslashreplace before repr doubled it: '\\xe9').
+    return _ESCAPED_BYTE.sub(r"\\x\1", repr(text))
+
+
+_ESCAPED_BYTE = re.compile(r"(?<!\\)\\udc([89a-f][0-9a-f])")
 
 
 def dtype_phrase(dtype: str) -> str:
