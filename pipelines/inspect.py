@@ -31,6 +31,7 @@ from recordforge.pipelines.runner import beam_options
 from recordforge.schemas import codec
 from recordforge.schemas import features as keys
 from recordforge.transforms.core.errors import UsageError
+from recordforge.transforms.core.files.filenames import display, from_os
 from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.planning.labels import named_counts
 from recordforge.transforms.core.records import ErrorRecord
@@ -345,7 +346,9 @@ def _bytes_feature(example, key: str) -> bytes | None:
 
 
 def _text(data: bytes) -> str:
-    return data.decode("utf-8", errors="replace")
+    """A stored name or class text for people: bytes that are not UTF-8 shown as `\\xf6`, as
+    the messages and the errors files show them (not as U+FFFD, which hides which byte)."""
+    return display(from_os(data.decode("utf-8", errors="surrogateescape")))
 
 
 def write_text(path: str, text: str) -> None:

@@ -505,6 +505,23 @@ def test_html_thumbnails_decode_to_the_class_colour(colour_dataset):
     assert "records of train</h2>" not in source  # --records 0: no record table
 
 
+def test_html_shows_names_that_are_not_utf8_escaped(tmp_path):
+    # It showed "d\ufffdg.jpg", hiding which byte, where every message shows "d\\xf6g".
+    import os
+
+    root = tmp_path / "photos"
+    folder = os.path.join(os.fsencode(root), b"d\xf6g")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"b\xe9st.png"), "wb") as f:
+        f.write(make_image(tmp_path / "g.png", "PNG"))
+    out, page = tmp_path / "out", tmp_path / "sheet.html"
+    assert run_cli("convert", root, "-o", out).returncode == 0
+    result = run_cli("inspect", out, "--html", page)
+    assert result.returncode == 0, result.stderr
+    source = page.read_text(encoding="utf-8")
+    assert "d\\xf6g/b\\xe9st.png" in source and "\ufffd" not in source
+
+
 def test_html_placeholder_for_an_image_that_does_not_decode(photos_dataset, tmp_path, browser):
     from selenium.webdriver.common.by import By
 
