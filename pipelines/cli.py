@@ -47,6 +47,7 @@ from recordforge.transforms.core.reports.summary import plural, printable
 from recordforge.transforms.internals import (
     LOST_SCHEDULER_TEXTS,
     LOST_WORKER_TEXTS,
+    failed_step,
     lost_job_service_detail,
     subcommand_parser,
 )
@@ -501,10 +502,8 @@ def _out_of_space(error: BaseException) -> str | None:
     return None
 
 
-# An OSError as Beam's runners pass it on, as text: "[Errno 5] Input/output error: 'path'",
-# and the step it failed in: "[while running 'ConvertToTFRecords/WriteShards/...']".
+# An OSError as Beam's runners pass it on, as text: "[Errno 5] Input/output error: 'path'".
 _OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]+)')?\s*(?:\[|$)", re.M)
-_STEP = re.compile(r"\[while running '([^'\n]+)'\]")
 # Beam's filesystems wrap it in a BeamIOError: "{('src', 'dst'): OSError(PermissionError(13,
 # 'Permission denied'))}".
 _OS_ERROR_REPR = re.compile(r"(?:\{\(?'([^'\n]+)'[^{}\n]*?)?Error\((\d+), '([^'\n]+)'\)")
@@ -517,7 +516,7 @@ def _system_error(error: BaseException) -> str | None:
     step = None
     while error is not None:
         text = str(error)
-        step = step or next(iter(_STEP.findall(text)), None)
+        step = step or failed_step(text)
         if isinstance(error, OSError) and error.errno:
             code, reason, path = error.errno, error.strerror or "", error.filename
         else:

@@ -376,6 +376,9 @@ def test_a_system_call_refused_is_one_line_and_leaves_the_previous_dataset(
     assert line.startswith("recordforge: failed: the system refused a file operation "), line
     assert f"({fault.split(':')[0]}); {out} is as it was" in line, line
     assert check_invariant(out, old, new) == "old"
+    again = tmp_path / "again" / "out"  # a fresh folder: the first run's commit is not redone
+    _place(old, again)
+    command[command.index(str(out))] = str(again)
     verbose = subprocess.run(
         strace + command + ["-v"], capture_output=True, text=True, timeout=600, env=ENV
     )

@@ -31,6 +31,7 @@ import contextlib
 import functools
 import importlib
 import itertools
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -816,6 +817,13 @@ def lost_job_service_detail(error: BaseException) -> str | None:
             details = (error.details() or "").strip().splitlines() or [""]
             return f"{code.name}: {details[0][:200]}"
     return None
+
+
+def failed_step(message: str) -> str | None:
+    """The step Beam's DoFn runner named in an exception's message ("A/B/C/ParDo(_Fn)"), or
+    None."""
+    found = re.search(re.escape(_STEP_SUFFIX) + r" '([^'\n]+)'\]", message)
+    return found.group(1) if found else None
 
 
 def without_step_suffix(message: str) -> str:
