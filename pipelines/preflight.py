@@ -546,6 +546,16 @@ def _with_special_columns(schema: CsvSchema, roles: CsvRoles, declared: set[str]
     # Image paths and split names are text whatever they look like; labels are ids or names.
     columns = []
     for spec in schema.columns:
+        if (
+            spec.column in (roles.image_column, roles.label_column, roles.split_column)
+            and spec.feature != spec.column
+        ):
+            # Their features are fixed (image/*, label and label/text, the split): a rename
+            # in the schema was dropped without a word.
+            raise UsageError(
+                f"column {spec.column!r} names images, labels or splits, whose features have "
+                f"names of their own: drop its `feature: {spec.feature}` from the schema"
+            )
         wanted = None
         if spec.column in (roles.image_column, roles.split_column):
             wanted = "bytes"

@@ -153,6 +153,19 @@ def test_a_utf16_file_without_its_byte_order_mark_is_refused_not_read_as_garbage
     assert alone.returncode == 2 and "is it UTF-16" in alone.stderr, alone.stderr
 
 
+def test_a_schema_renaming_the_label_column_is_refused(tmp_path, cli):
+    # `kind: {feature: foo}` with --label-column kind: the rename was dropped without a word.
+    table = tmp_path / "k.csv"
+    table.write_text("x,kind\n1,a\n2,b\n")
+    schema = tmp_path / "k.yaml"
+    schema.write_text("columns:\n  kind: {feature: foo}\n")
+    out = tmp_path / "out"
+    result = cli("convert", table, "--label-column", "kind", "--schema", schema, "-o", out)
+    assert result.returncode == 2, result.stderr
+    assert "drop its `feature: foo` from the schema" in result.stderr
+    assert not out.exists()
+
+
 def test_csv_naming_images_with_labels_and_split_column(tmp_path, cli):
     images = tmp_path / "data" / "imgs"
     files = {}
