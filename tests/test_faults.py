@@ -321,24 +321,33 @@ def test_a_sigkill_at_every_commit_step_leaves_old_or_new_and_resume_finishes(
     _kill_each_commit_step(photos, tmp_path, old, new, every=True)
 
 
-def test_a_failure_after_the_swap_says_the_new_dataset_is_in_place(photos, tmp_path, old, new):
-    # An I/O error while the old copy was deleted, after the swap, was reported as "OUT is as
-    # it was; ... staged shards kept", while OUT held the new dataset.
+def _convert_with_fault(
+    photos, out, call: str, fault: str, *extra: str, path=None
+) -> subprocess.CompletedProcess:
+    """A conversion over `out` with strace making `call` fail (`fault`: "EIO", "EBUSY:when=2"),
+    only on `path` when given."""
     if STRACE is None:
         pytest.fail("strace is not installed (apt-get install strace)")
-    out = tmp_path / "out"
-    _place(old, out)
-    shard = next(name for name in sorted(old) if ".tfrecord-" in name and "/" not in name)
-    swapped_out = out.parent / f".{out.name}.recordforge" / "dataset" / shard
-    result = subprocess.run(
-        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-P", str(swapped_out)]
-        + ["-e", "trace=unlink", "-e", "inject=unlink:error=EIO"]
-        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
+    only = ["-P", str(path)] if path is not None else []
+    return subprocess.run(
+        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", *only]
+        + ["-e", f"trace={call}", "-e", f"inject={call}:error={fault}"]
+        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite", *extra],
         capture_output=True,
         text=True,
         timeout=600,
         env=ENV,
     )
+
+
+def test_a_failure_after_the_swap_says_the_new_dataset_is_in_place(photos, tmp_path, old, new):
+    # An I/O error while the old copy was deleted, after the swap, was reported as "OUT is as
+    # it was; ... staged shards kept", while OUT held the new dataset.
+    out = tmp_path / "out"
+    _place(old, out)
+    shard = next(name for name in sorted(old) if ".tfrecord-" in name and "/" not in name)
+    swapped_out = out.parent / f".{out.name}.recordforge" / "dataset" / shard
+    result = _convert_with_fault(photos, out, "unlink", "EIO", path=swapped_out)
     # The run's dataset is in place: it succeeded, with a warning (it exited 1, "the
     # conversion failed", and a traceback; a tester's finding).
     assert result.returncode == 0, result.stderr
@@ -362,14 +371,9 @@ def test_a_system_call_refused_is_one_line_and_leaves_the_previous_dataset(
     photos, tmp_path, old, new, call, fault
 ):
     # Any errno but a full disk's ended in Beam's 80-150-line traceback (a tester's finding).
-    if STRACE is None:
-        pytest.fail("strace is not installed (apt-get install strace)")
     out = tmp_path / "out"
     _place(old, out)
-    command = [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"]
-    strace = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none"]
-    strace += ["-e", f"trace={call}", "-e", f"inject={call}:error={fault}"]
-    result = subprocess.run(strace + command, capture_output=True, text=True, timeout=600, env=ENV)
+    result = _convert_with_fault(photos, out, call, fault)
     assert result.returncode == 1, result.stderr
     (line,) = result.stderr.strip().splitlines()[-1:]
     assert "Traceback" not in result.stderr, result.stderr
@@ -378,28 +382,15 @@ def test_a_system_call_refused_is_one_line_and_leaves_the_previous_dataset(
     assert check_invariant(out, old, new) == "old"
     again = tmp_path / "again" / "out"  # a fresh folder: the first run's commit is not redone
     _place(old, again)
-    command[command.index(str(out))] = str(again)
-    verbose = subprocess.run(
-        strace + command + ["-v"], capture_output=True, text=True, timeout=600, env=ENV
-    )
+    verbose = _convert_with_fault(photos, again, call, fault, "-v")
     assert "Traceback" in verbose.stderr  # -v shows it
 
 
 def test_a_working_folder_that_cannot_be_removed_is_said(photos, tmp_path, old, new):
     # An rmdir refused after the commit left an empty working folder without a word, exit 0.
-    if STRACE is None:
-        pytest.fail("strace is not installed (apt-get install strace)")
     out = tmp_path / "out"
     _place(old, out)
-    result = subprocess.run(
-        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-e", "trace=rmdir"]
-        + ["-e", "inject=rmdir:error=EBUSY:when=2"]
-        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=ENV,
-    )
+    result = _convert_with_fault(photos, out, "rmdir", "EBUSY:when=2")
     assert result.returncode == 0, result.stderr
     assert check_invariant(out, old, new) == "new"
     work = out.parent / f".{out.name}.recordforge"
@@ -414,20 +405,10 @@ def test_a_working_folder_that_cannot_be_removed_is_said(photos, tmp_path, old, 
 
 def test_a_previous_manifest_that_cannot_be_read_is_one_line(photos, tmp_path, old, new):
     # A bare 40-line traceback and no recordforge line at all (a tester's finding).
-    if STRACE is None:
-        pytest.fail("strace is not installed (apt-get install strace)")
     out = tmp_path / "out"
     _place(old, out)
     manifest = out / "dataset_info.json"
-    result = subprocess.run(
-        [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "signal=none", "-P", str(manifest)]
-        + ["-e", "trace=openat", "-e", "inject=openat:error=EACCES"]
-        + [RECORDFORGE, "convert", str(photos), "-o", str(out), *ARGS, "--overwrite"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=ENV,
-    )
+    result = _convert_with_fault(photos, out, "openat", "EACCES", path=manifest)
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [
         f"recordforge: error: cannot prepare the output folder {str(out)!r}: Permission denied "
