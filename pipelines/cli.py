@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import json
 import logging
 import os
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -17,45 +15,36 @@ from apache_beam.io.filesystems import FileSystems
 
 from recordforge.pipelines import api, progress
 from recordforge.pipelines import options as cli_options
-from recordforge.pipelines import output as output_folder
 from recordforge.pipelines.assembly import build_pipeline, run_pipeline
 from recordforge.pipelines.dataset import DatasetFolder, open_dataset
 from recordforge.pipelines.inspect import add_inspect_options, inspect_command
 from recordforge.pipelines.local_workers import chosen_in_words
 from recordforge.pipelines.reshard import add_reshard_options, prepare_reshard, run_reshard
+from recordforge.pipelines.run_outcomes import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    only_cleanup_failed,
+    report_failure,
+    report_stop,
+)
 from recordforge.pipelines.runner import add_runner_options, beam_options, how_it_runs
-from recordforge.schemas.features import MixedFeatureTypes
 from recordforge.schemas.tfds_metadata import names_left_out
 from recordforge.transforms.core.errors import (
-    ErrorRateExceeded,
-    FileNameTooLong,
-    InputChanged,
-    InputIncomplete,
-    ListingFailed,
-    OutOfSpace,
-    ResumeRefused,
     RunFailed,
     Stopped,
     UsageError,
     WorkerLost,
 )
-from recordforge.transforms.core.files.filenames import to_os
 from recordforge.transforms.core.files.naming import MANIFEST_FILE_BESIDE_TFDS
-from recordforge.transforms.core.files.paths import has_scheme
 from recordforge.transforms.core.planning.sharding import human_size
 from recordforge.transforms.core.reports.summary import plural, printable
 from recordforge.transforms.internals import (
-    LOST_SCHEDULER_TEXTS,
-    LOST_WORKER_TEXTS,
-    failed_step,
-    lost_job_service_detail,
     subcommand_parser,
 )
-from recordforge.transforms.staging import JOURNAL, commit_in_place, interrupted_commit
+from recordforge.transforms.staging import JOURNAL
 
 LOGGER = logging.getLogger("recordforge")
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def main(
@@ -290,15 +279,15 @@ def convert_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
                 progress=monitor,
             )
     except (Stopped, WorkerLost) as stop:
-        return _report_stop(stop, prepared)
+        return report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         from recordforge.command import received_stop
 
         stop = received_stop()  # Beam re-raises a Stopped raised inside a DoFn, wrapped
         if stop is not None:
-            return _report_stop(stop, prepared)
-        if not _only_cleanup_failed(error, prepared):
-            return _report_failure(error, prepared)
+            return report_stop(stop, prepared)
+        if not only_cleanup_failed(error, prepared):
+            return report_failure(error, prepared)
     finally:
         prepared.release()
     dataset = open_dataset(output)
@@ -316,15 +305,15 @@ def reshard_command(args: argparse.Namespace, beam_args: Sequence[str]) -> int:
     try:
         run_reshard(config, inputs, options, progress=monitor)
     except (Stopped, WorkerLost) as stop:
-        return _report_stop(stop, prepared)
+        return report_stop(stop, prepared)
     except Exception as error:  # noqa: BLE001  (the runner wraps worker errors in many types)
         from recordforge.command import received_stop
 
         stop = received_stop()
         if stop is not None:
-            return _report_stop(stop, prepared)
-        if not _only_cleanup_failed(error, prepared):
-            return _report_failure(error, prepared)
+            return report_stop(stop, prepared)
+        if not only_cleanup_failed(error, prepared):
+            return report_failure(error, prepared)
     finally:
         prepared.release()
     seconds = time.monotonic() - started
@@ -347,198 +336,6 @@ def submit_conversion(args: argparse.Namespace, beam_args: Sequence[str]) -> int
     # The job's commit releases the lock.
     print(f"Submitted the conversion into {output}; its dataset_info.json appears when it is done")
     return EXIT_OK
-
-
-def _report_stop(stop: Stopped | WorkerLost, prepared: output_folder.PreparedOutput) -> int:
-    from recordforge.command import stop_worker_processes
-
-    stop_worker_processes()  # any the runner started while it unwound
-    if isinstance(stop, WorkerLost):
-        lost = f"the runner lost a worker process ({stop.detail})"
-        print(f"recordforge: failed: {lost}; {_kept(prepared)}", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"recordforge: stopped by {stop.name}; {_kept(prepared)}", file=sys.stderr)
-    return stop.exit_status
-
-
-def _only_cleanup_failed(error: BaseException, prepared: output_folder.PreparedOutput) -> bool:
-    """Whether the run failed after its commit put its dataset in place, in the cleanup of the
-    old copy and the working folder; then the run's work is done, and a warning says what is
-    left over."""
-    committed = commit_in_place(prepared.staging)
-    if committed is None or committed.get("run_id") != prepared.holder.run_id:
-        return False
-    LOGGER.debug("the cleanup's exception", exc_info=error)  # -v shows it
-    reason = _out_of_space(error) or _system_error(error) or f"{type(error).__name__}: {error}"
-    print(
-        f"recordforge: warning: the new dataset is in place in {prepared.staging.output}, but "
-        f"the cleanup after its commit failed ({reason.splitlines()[0][:300]}); the next run "
-        "into it finishes that",
-        file=sys.stderr,
-    )
-    return True
-
-
-def _report_failure(error: BaseException, prepared: output_folder.PreparedOutput) -> int:
-    """One line for a run that failed for a reason of the user's world, else the traceback."""
-    output = prepared.staging.output
-    refused = _cause_message(error, (ResumeRefused,))
-    if refused:
-        print(f"recordforge: error: --resume: {refused}", file=sys.stderr)
-        return EXIT_USAGE
-    message = _cause_message(error, (ErrorRateExceeded,))
-    if message:  # it names the errors files, kept in the working folder
-        print(f"recordforge: failed: {message}; {_unchanged(output)}", file=sys.stderr)
-        return EXIT_FAILED
-    message = (
-        _cause_message(
-            error,
-            (
-                InputChanged,
-                InputIncomplete,
-                ListingFailed,
-                MixedFeatureTypes,
-                OutOfSpace,
-                FileNameTooLong,
-            ),
-        )
-        or _out_of_space(error)
-        or _lost_worker(error)
-        or _lost_job_service(error)
-        or _system_error(error)
-    )
-    if message:
-        LOGGER.debug("the run's exception", exc_info=error)  # -v shows it
-        print(f"recordforge: failed: {message}; {_kept(prepared)}", file=sys.stderr)
-        return EXIT_FAILED
-    LOGGER.error("the conversion failed; %s", _kept(prepared), exc_info=error)
-    return EXIT_FAILED
-
-
-def _unchanged(output: str) -> str:
-    if interrupted_commit(output) is not None:
-        return f"its commit into {output} was interrupted: run the conversion again to finish it"
-    return _as_it_was(output)
-
-
-def _as_it_was(output: str) -> str:
-    """`OUT is as it was`; for a local folder that never existed, that it was not created."""
-    if not has_scheme(output) and not os.path.lexists(to_os(output)):
-        return f"{output} was not created"
-    return f"{output} is as it was"
-
-
-def _kept(prepared: output_folder.PreparedOutput) -> str:
-    """What a stopped or failed run leaves, in words."""
-    staging = prepared.staging
-    output = staging.output
-    committed = commit_in_place(staging)
-    if committed is not None and committed.get("run_id") == prepared.holder.run_id:
-        return (
-            f"the new dataset is in place in {output}; only the cleanup after its commit was "
-            "cut short (the next run into it finishes that)"
-        )
-    if interrupted_commit(output) is not None:
-        again = "the conversion again (or with --resume)" if prepared.resumable else "it again"
-        return f"its commit into {output} was cut short: run {again} to finish it"
-    if output_folder.cleaned_up_after_commit(staging):
-        return f"the new dataset is in place in {output}: the run was stopped after its commit"
-    return f"{_as_it_was(output)}; {output_folder.keep_resumable(staging, prepared.resumable)}"
-
-
-def _cause_message(error: BaseException, refusals: tuple[type[BaseException], ...]) -> str | None:
-    """The message of one of `refusals` raised inside the pipeline, else None."""
-    refusal = api.refusal_in(error, refusals)
-    return None if refusal is None else str(refusal)
-
-
-def _lost_worker(error: BaseException) -> str | None:
-    """One line for a run whose runner lost a worker process or its scheduler, else None."""
-    while error is not None:
-        text = f"{type(error).__name__}: {error}"
-        for marker in LOST_WORKER_TEXTS:
-            if marker in text:
-                detail = text[text.index(marker) :].splitlines()[0][:200]
-                return f"the runner lost a worker process ({detail})"
-        for marker in LOST_SCHEDULER_TEXTS:
-            if marker in text:
-                # Its client's errors, trying to reconnect until it closes, would follow the
-                # line that says so.
-                logging.getLogger("distributed.client").disabled = True
-                detail = text.splitlines()[0][:200]
-                return f"the runner lost its Dask scheduler ({detail})"
-        error = error.__cause__ or error.__context__
-    return None
-
-
-def _lost_job_service(error: BaseException) -> str | None:
-    """One line for a portable run whose job service went away (or stopped answering), else
-    None."""
-    while error is not None:
-        detail = lost_job_service_detail(error)
-        if detail is not None:
-            return f"the runner lost its job service ({detail})"
-        error = error.__cause__ or error.__context__
-    return None
-
-
-_NO_SPACE = re.compile(r"\[Errno (28|122)\] [^:\n]+(?:: '([^'\n]+)')?")
-
-
-def _out_of_space(error: BaseException) -> str | None:
-    """A full disk or quota met outside recordforge's own writers (a spill file, Beam's own
-    files), in words; None when `error` is something else."""
-    while error is not None:
-        if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-            code, path = error.errno, error.filename
-        else:
-            found = _NO_SPACE.search(str(error))
-            if found is None:
-                error = error.__cause__ or error.__context__
-                continue
-            code, path = int(found.group(1)), found.group(2)
-        reason = "out of disk space" if code == errno.ENOSPC else "out of disk quota"
-        return f"{reason} while writing {path or 'a file of the run'}"
-    return None
-
-
-# An OSError as Beam's runners pass it on, as text: "[Errno 5] Input/output error: 'path'".
-_OS_ERROR = re.compile(r"\[Errno (\d+)\] ([^:\n\[]+?)(?:: '([^'\n]+)')?\s*(?:\[|$)", re.M)
-# Beam's filesystems wrap it in a BeamIOError: "{('src', 'dst'): OSError(PermissionError(13,
-# 'Permission denied'))}".
-_OS_ERROR_REPR = re.compile(r"(?:\{\(?'([^'\n]+)'[^{}\n]*?)?Error\((\d+), '([^'\n]+)'\)")
-
-
-def _system_error(error: BaseException) -> str | None:
-    """A system call the run made that failed (an I/O error of a disk, a permission, a
-    read-only or other file system, too many open files), in words: the user's world, not a
-    defect of the program; None when `error` carries no such error."""
-    step = None
-    while error is not None:
-        text = str(error)
-        step = step or failed_step(text)
-        if isinstance(error, OSError) and error.errno:
-            code, reason, path = error.errno, error.strerror or "", error.filename
-        else:
-            found = _OS_ERROR.search(text)
-            wrapped = _OS_ERROR_REPR.search(text)
-            if found is not None:
-                code, reason, path = int(found.group(1)), found.group(2), found.group(3)
-            elif wrapped is not None:
-                code, reason, path = int(wrapped.group(2)), wrapped.group(3), wrapped.group(1)
-            else:
-                error = error.__cause__ or error.__context__
-                continue
-        name = errno.errorcode.get(code, f"errno {code}")
-        where = (
-            f" at {path}" if path else f" in {step.split('/')[-2]}" if step and "/" in step else ""
-        )
-        # A name that does not resolve (a negative errno: getaddrinfo's), a connection refused
-        # or reset, a timeout: a store the run could not reach.
-        network = code < 0 or isinstance(error, (ConnectionError, TimeoutError))
-        what = "a network call failed" if network else "the system refused a file operation"
-        return f"{what}{where}: {reason.strip()} ({name})"
-    return None
 
 
 # What a record is, by the manifest's source kind, for the summary's rate.

@@ -417,8 +417,8 @@ def test_a_stop_after_the_commits_cleanup_says_the_new_dataset_is_in_place(tmp_p
     # working folder (journal and all) was reported as "OUT is as it was".
     import shutil
 
-    from recordforge.pipelines import cli as program
     from recordforge.pipelines import output as output_folder
+    from recordforge.pipelines import run_outcomes as program
 
     out = str(tmp_path / "out")
 
@@ -430,13 +430,13 @@ def test_a_stop_after_the_commits_cleanup_says_the_new_dataset_is_in_place(tmp_p
     stopped_before = prepared()
     try:
         # An output that never existed "is as it was" said too little (a tester's finding).
-        assert program._kept(stopped_before).startswith(f"{out} was not created")
+        assert program.kept(stopped_before).startswith(f"{out} was not created")
     finally:
         stopped_before.release()
     stopped_after = prepared()
     try:
         shutil.rmtree(stopped_after.staging.work)  # what the commit's cleanup does last
-        assert program._kept(stopped_after) == (
+        assert program.kept(stopped_after) == (
             f"the new dataset is in place in {out}: the run was stopped after its commit"
         )
     finally:
@@ -507,6 +507,6 @@ def test_a_stdout_that_cannot_be_written_is_one_line_and_a_converted_dataset_sta
 def test_a_refused_system_call_is_told_in_words(error, message):
     # A gs:// image on a machine without network ended in a 21 KB traceback; so did any errno
     # but a full disk's (testers' findings). A defect of the program keeps its traceback.
-    from recordforge.pipelines import cli as program
+    from recordforge.pipelines.run_outcomes import system_error
 
-    assert program._system_error(error) == message
+    assert system_error(error) == message
