@@ -227,7 +227,10 @@ def run_conversion(
         refusal = refusal_in(error, (*REFUSALS, ResumeRefused, OutOfSpace, FileNameTooLong))
         if refusal is not None:
             raise refusal from error
-        raise
+        from recordforge.pipelines.run_outcomes import library_outcome
+
+        if not library_outcome(error, prepared):
+            raise
     finally:
         prepared.release()
     return output

@@ -98,9 +98,12 @@ def _reshard_prepared(args: argparse.Namespace, beam_args: Sequence[str]) -> Dat
     except Exception as error:
         raise_interrupt_in(error)
         refused = refusal_in(error)
-        if refused is None:
+        if refused is not None:
+            raise refused from None
+        from recordforge.pipelines.run_outcomes import library_outcome
+
+        if not library_outcome(error, prepared):
             raise
-        raise refused from None
     finally:
         prepared.release()
     return open_dataset(output)

@@ -25,6 +25,7 @@ from recordforge.transforms.core.errors import (
     ListingFailed,
     OutOfSpace,
     ResumeRefused,
+    RunFailed,
     Stopped,
     WorkerLost,
 )
@@ -233,3 +234,28 @@ def system_error(error: BaseException) -> str | None:
         what = "a network call failed" if network else "the system refused a file operation"
         return f"{what}{where}: {reason.strip()} ({name})"
     return None
+
+
+def library_outcome(error: BaseException, prepared: output_folder.PreparedOutput) -> bool:
+    """For a Python call (`recordforge.convert`, `reshard`) whose run raised `error`, not a
+    refusal of recordforge's own: True when this run's dataset is in place and only the cleanup
+    after its commit failed (a warning is logged; the call succeeds, as the command does).
+
+    Raises:
+        RunFailed: a refused system call, or a full disk, in one line (the runner's exception
+            as its cause), as the command reports it.
+    """
+    committed = commit_in_place(prepared.staging)
+    if committed is not None and committed.get("run_id") == prepared.holder.run_id:
+        reason = _out_of_space(error) or system_error(error) or type(error).__name__
+        LOGGER.warning(
+            "the new dataset is in place in %s, but the cleanup after its commit failed (%s); "
+            "the next run into it finishes that",
+            prepared.staging.output,
+            reason,
+        )
+        return True
+    message = _out_of_space(error) or system_error(error)
+    if message:
+        raise RunFailed(f"{message}; {kept(prepared)}") from error
+    return False

@@ -232,6 +232,42 @@ def test_a_refused_run_raises_and_writes_no_manifest(tmp_path):
         recordforge.open_dataset(tmp_path / "out")
 
 
+def test_a_refused_system_call_is_a_run_failed_and_a_failed_cleanup_is_no_failure(
+    tmp_path, monkeypatch
+):
+    # convert() raised Beam's bare RuntimeError for a refused system call, even when only the
+    # cleanup after its commit had failed and the new dataset was in place (a tester's finding).
+    import errno
+
+    from recordforge.transforms import staging
+
+    frame, out = _frame(200), tmp_path / "out"
+    recordforge.convert(frame, out, label_column="label")
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def refused(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error", str(out))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(staging, "_swap_in", refused)
+        with pytest.raises(errors.RunFailed, match=r"refused a file operation at .*\(EIO\)"):
+            recordforge.convert(frame, out, label_column="label", overwrite=True, num_shards=3)
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+    def cleanup_refused(*args, **kwargs):
+        raise OSError(errno.EIO, "Input/output error", str(tmp_path / "old"))
+
+    other = tmp_path / "other"  # `out` holds the refused run's commit, which its next run ends
+    recordforge.convert(frame, other, label_column="label")
+    with monkeypatch.context() as patch:
+        patch.setattr(staging, "_clear_old_copy", cleanup_refused)
+        dataset = recordforge.convert(
+            frame, other, label_column="label", overwrite=True, num_shards=3
+        )
+    assert len(dataset.manifest.splits["train"].shards) == 3
+    assert recordforge.verify(other).ok
+
+
 def test_plan_returns_the_plan(tmp_path):
     frame = _frame(2000)
     plan = recordforge.plan(frame, label_column="label", splits={"train": 0.8, "test": 0.2})
