@@ -150,8 +150,8 @@ def _print_summary_or_warn(*args, **kwargs) -> None:
         _print_summary(*args, **kwargs)
         sys.stdout.flush()
     except OSError as error:
-        if not _stdout_fails():
-            raise
+        if isinstance(error, BrokenPipeError) or not _stdout_fails():
+            raise  # a reader that stopped (`| head`) is no failure: main says nothing of it
         print(
             f"recordforge: warning: the summary could not be written to stdout "
             f"({error.strerror}); the dataset is in place",
