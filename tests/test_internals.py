@@ -78,7 +78,7 @@ def test_the_command_refuses_an_untested_beam_in_one_line(tmp_path):
     program = (
         "import sys, apache_beam\n"
         "apache_beam.__version__ = '2.78.0'\n"
-        f"sys.argv = ['recordforge', 'convert', {str(tmp_path / 'in')!r}, '--output', "
+        f"sys.argv = ['recordforge', 'convert', {str(tmp_path / 'in' / 't.csv')!r}, '--output', "
         f"{str(output)!r}]\n"
         "from recordforge.command import main\n"
         "sys.exit(main())\n"
