@@ -285,27 +285,21 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
     reached: set[tuple[int, int]] = set()  # local files' (device, inode): a link is no new file
     for index, raw in enumerate(given):
         path = preflight.normalize_path(raw)
-        problems: list[TFRecordInput] = []
         if is_glob(path):
-            files, root = list_files(path), glob_root(path)
-            if not files:
+            root = glob_root(path)
+            files, problems, links = _listed(path, index, found)
+            if not files and not problems:
                 raise UsageError(f"no files match {raw!r}")
         elif path in list_files(path):
-            files, root = [path], None
+            files, problems, links, root = [path], [], 0, None
         else:
             root = path.rstrip("/")
             if not has_scheme(root) and not os.path.lexists(to_os(root)):
                 raise UsageError(f"input not found: {raw!r}")
-            entries = list(list_entries(root + "/**"))
-            files = sorted(entry.path for entry in entries if entry.kind in (FILE, HIDDEN))
-            folder_links += sum(entry.kind == FOLDER_LINK for entry in entries)
-            problems = [
-                TFRecordInput(entry.path, None, index, entry.error)
-                for entry in entries
-                if entry.kind == PROBLEM and entry.path not in found
-            ]
+            files, problems, links = _listed(root + "/**", index, found)
             if not files and not problems:
                 raise UsageError(f"input not found: {raw!r}")
+        folder_links += links
         kept = len(problems)
         found.update((problem.path, problem) for problem in problems)
         for file in files:
@@ -348,6 +342,21 @@ def list_inputs(given: Sequence[str], *, hashed: bool, output: str | None = None
             "apart"
         )
     return Listing(inputs, hidden, metadata, duplicates, folder_links, tuple(sorted(empty_splits)))
+
+
+def _listed(
+    pattern: str, index: int, found: Mapping[str, TFRecordInput]
+) -> tuple[list[str], list[TFRecordInput], int]:
+    """(the files a folder's `root/**` or a glob names, sorted; what it names that cannot be
+    an input, as inputs with a `problem` not listed yet; the links to folders it met)."""
+    entries = list(list_entries(pattern))
+    files = sorted(entry.path for entry in entries if entry.kind in (FILE, HIDDEN))
+    problems = [
+        TFRecordInput(entry.path, None, index, entry.error)
+        for entry in entries
+        if entry.kind == PROBLEM and entry.path not in found
+    ]
+    return files, problems, sum(entry.kind == FOLDER_LINK for entry in entries)
 
 
 def _local_identity(file: str) -> tuple[int, int] | None:

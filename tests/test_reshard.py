@@ -561,6 +561,11 @@ def test_a_fifo_and_a_socket_are_quarantined_and_links_to_folders_counted(tmp_pa
     kinds = sorted((e["source"]["path"].rsplit("/", 1)[-1], e["error"]) for e in read_errors(out))
     assert kinds == [("pipe.tfrecord", "NotARegularFile"), ("socket.tfrecord", "NotARegularFile")]
     assert manifest["errors"]["count"] == 2 and manifest["num_inputs"] == 10
+    # A glob names the FIFO and the socket too: quarantined, not dropped.
+    globbed = tmp_path / "globbed"
+    done = run_cli("reshard", f"{given}/*.tfrecord", "--output", globbed)
+    assert done.returncode == 0, done.stderr
+    assert [e["error"] for e in read_errors(globbed)] == ["NotARegularFile"] * 2  # and the socket
 
 
 def test_an_empty_split_of_a_recordforge_input_is_kept(tmp_path):
