@@ -242,9 +242,9 @@ def _resolve_source(index: int, argument: str, follow_symlinks: bool) -> Source:
                 f"(files named .csv or .csv.gz): {remedy}"
             )
         source = Source(index, kind, path, path.rsplit("/", 1)[0], raw)
-    elif _has_visible_files(path.rstrip("/"), follow_symlinks):
+    elif (look := _first_look(path.rstrip("/"), follow_symlinks))[0]:
         folder = path.rstrip("/")
-        if _holds_only_tables(folder, follow_symlinks):
+        if look[1]:
             raise UsageError(
                 f"input folder {raw!r} holds CSV files only, and a folder is read as images: "
                 f"give the files, or a glob ({raw.rstrip('/')}/*.csv), to convert them as tables"
@@ -281,27 +281,25 @@ def _exists(path: str, follow_symlinks: bool) -> bool:
     return _is_file(path) or bool(list_files(path.rstrip("/") + "/**", limit=1))
 
 
-def _holds_only_tables(folder: str, follow_symlinks: bool = False) -> bool:
-    """Whether the visible files of a folder (a bounded look) are all CSV files."""
-    found = list_files(folder + "/**", limit=1000, follow_symlinks=follow_symlinks)
-    visible = [path for path in found if not is_hidden(relative_path(path, folder))]
-    return bool(visible) and all(is_csv(path) for path in visible)
+_LOOK_ENTRIES = 1000  # a bounded look: enough to tell an empty folder from a dataset
 
 
-def _has_visible_files(folder: str, follow_symlinks: bool = False) -> bool:
-    """Whether a folder holds a visible file, or something below it that is no file but must
-    be reported (a FIFO, a folder it cannot read: an error record, not an "empty" folder)."""
-    # A bounded look: enough to tell an empty folder (or one of only .DS_Store) from a dataset.
-    for number, entry in enumerate(
-        list_entries(folder + "/**", follow_symlinks=follow_symlinks, limit=1000)
+def _first_look(folder: str, follow_symlinks: bool = False) -> tuple[bool, bool]:
+    """(whether a folder holds a visible file, or something below it that is no file but must
+    be reported: a FIFO, a folder it cannot read, an error record and not an "empty" folder;
+    whether it holds CSV files only, all of it seen within the look)."""
+    visible, problem, entries = [], False, 0
+    for entry in list_entries(
+        folder + "/**", follow_symlinks=follow_symlinks, limit=_LOOK_ENTRIES + 1
     ):
-        if number >= 1000:
-            break
-        if (entry.kind == PROBLEM and entry.path != folder) or (
-            entry.kind == FILE and not is_hidden(relative_path(entry.path, folder))
-        ):
-            return True
-    return False
+        entries += 1
+        if entry.kind == PROBLEM and entry.path != folder:
+            problem = True
+        elif entry.kind == FILE and not is_hidden(relative_path(entry.path, folder)):
+            visible.append(entry.path)
+    whole = entries <= _LOOK_ENTRIES
+    only_tables = whole and not problem and bool(visible) and all(map(is_csv, visible))
+    return bool(visible) or problem, only_tables
 
 
 def _is_file(path: str) -> bool:

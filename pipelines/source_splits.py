@@ -124,7 +124,7 @@ def check_class_names(sources: Sequence[Source], follow_symlinks: bool = False) 
     would be one class.
 
     Raises:
-        UsageError: naming both folders.
+        UsageError: naming the name both are shown as.
     """
     for source in sources:
         if not _is_folder_source(source) or has_scheme(source.root):
