@@ -60,18 +60,24 @@ def only_cleanup_failed(error: BaseException, prepared: output_folder.PreparedOu
     """Whether the run failed after its commit put its dataset in place, in the cleanup of the
     old copy and the working folder; then the run's work is done, and a warning says what is
     left over."""
-    committed = commit_in_place(prepared.staging)
-    if committed is None or committed.get("run_id") != prepared.holder.run_id:
+    if not _committed_by_this_run(prepared):
         return False
     LOGGER.debug("the cleanup's exception", exc_info=error)  # -v shows it
-    reason = _out_of_space(error) or system_error(error) or f"{type(error).__name__}: {error}"
-    print(
-        f"recordforge: warning: the new dataset is in place in {prepared.staging.output}, but "
-        f"the cleanup after its commit failed ({reason.splitlines()[0][:300]}); the next run "
-        "into it finishes that",
-        file=sys.stderr,
-    )
+    print(f"recordforge: warning: {_cleanup_failed(error, prepared)}", file=sys.stderr)
     return True
+
+
+def _committed_by_this_run(prepared: output_folder.PreparedOutput) -> bool:
+    committed = commit_in_place(prepared.staging)
+    return committed is not None and committed.get("run_id") == prepared.holder.run_id
+
+
+def _cleanup_failed(error: BaseException, prepared: output_folder.PreparedOutput) -> str:
+    reason = _out_of_space(error) or system_error(error) or f"{type(error).__name__}: {error}"
+    return (
+        f"the new dataset is in place in {prepared.staging.output}, but the cleanup after its "
+        f"commit failed ({reason.splitlines()[0][:300]}); the next run into it finishes that"
+    )
 
 
 def report_failure(error: BaseException, prepared: output_folder.PreparedOutput) -> int:
@@ -127,8 +133,7 @@ def kept(prepared: output_folder.PreparedOutput) -> str:
     """What a stopped or failed run leaves, in words."""
     staging = prepared.staging
     output = staging.output
-    committed = commit_in_place(staging)
-    if committed is not None and committed.get("run_id") == prepared.holder.run_id:
+    if _committed_by_this_run(prepared):
         return (
             f"the new dataset is in place in {output}; only the cleanup after its commit was "
             "cut short (the next run into it finishes that)"
@@ -245,15 +250,8 @@ def library_outcome(error: BaseException, prepared: output_folder.PreparedOutput
         RunFailed: a refused system call, or a full disk, in one line (the runner's exception
             as its cause), as the command reports it.
     """
-    committed = commit_in_place(prepared.staging)
-    if committed is not None and committed.get("run_id") == prepared.holder.run_id:
-        reason = _out_of_space(error) or system_error(error) or type(error).__name__
-        LOGGER.warning(
-            "the new dataset is in place in %s, but the cleanup after its commit failed (%s); "
-            "the next run into it finishes that",
-            prepared.staging.output,
-            reason,
-        )
+    if _committed_by_this_run(prepared):
+        LOGGER.warning("%s", _cleanup_failed(error, prepared))
         return True
     message = _out_of_space(error) or system_error(error)
     if message:
